@@ -1,0 +1,25 @@
+# The two commands of the quick start: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: venv demo test clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+demo: venv
+	$(PY) examples/matmul_tiled.py
+
+# pytest exits 5 when it collects no test; that is not a failure of the suite.
+test: venv
+	$(PY) -m pytest -q -n auto tests || [ $$? -eq 5 ]
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,1 @@
+"""Backends: turn generated source into loadable native modules (compiler driver, build cache)."""

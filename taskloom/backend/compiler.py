@@ -1,0 +1,106 @@
+"""The C compiler driver: generated C source in, cached shared library out."""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import shlex
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from taskloom.backend.cache import BuildCache
+from taskloom.errors import CompileError
+from taskloom.target.cpu import CpuTarget
+
+BASE_FLAGS: tuple[str, ...] = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=gnu11")
+LINK_FLAGS: tuple[str, ...] = ("-lm",)
+DEFAULT_TIMEOUT_S = 600.0
+
+
+def compiler_command() -> list[str]:
+    """The C compiler as an argument list: ``$CC`` split like a shell would, else ``gcc``."""
+    return shlex.split(os.environ.get("CC", "")) or ["gcc"]
+
+
+def compiler_version() -> str:
+    """First line of ``$CC --version``; part of every build's cache key."""
+    return _version_of(tuple(compiler_command()))
+
+
+@functools.lru_cache(maxsize=None)
+def _version_of(command: tuple[str, ...]) -> str:
+    try:
+        done = subprocess.run([*command, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise CompileError(f"cannot run the C compiler {shlex.join(command)!r} ({exc}); "
+                           f"install gcc or set CC to a C compiler") from None
+    if done.returncode != 0:
+        raise CompileError(f"{shlex.join(command)} --version failed (exit {done.returncode}); "
+                           f"set CC to a working C compiler", compiler_output=done.stderr)
+    lines = done.stdout.strip().splitlines()
+    return lines[0] if lines else shlex.join(command)
+
+
+def build_flags(target: CpuTarget, extra_flags: Sequence[str] = ()) -> list[str]:
+    """Every compiler flag of a build for ``target``, in command-line order."""
+    return [*BASE_FLAGS, *target.cflags(), *extra_flags]
+
+
+def build_key(source: str, flags: Sequence[str], target: CpuTarget) -> str:
+    """The cache key of a build: sha256 of the source, the flags and the compiler version."""
+    parts: dict[str, Any] = {"source": source, "flags": list(flags), "link": list(LINK_FLAGS),
+                             "compiler": compiler_version(), "target": target.key()}
+    if "-march=native" in flags:
+        # -march=native means something else on another machine sharing the cache.
+        host = CpuTarget.host()
+        parts["host"] = [host.name, host.key()]
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def compile_shared_library(source: str, target: CpuTarget, *, name: str = "module",
+                           extra_flags: Sequence[str] = (), cache: BuildCache | None = None,
+                           meta: Mapping[str, Any] | None = None,
+                           timeout: float = DEFAULT_TIMEOUT_S) -> Path:
+    """Build ``source`` into a shared library for ``target`` and return its path.
+
+    Builds are cached by :func:`build_key`; on a hit no compiler runs. ``meta`` (JSON-able,
+    e.g. kernel signatures) is stored beside the library. On failure a
+    :class:`CompileError` carries the compiler's output and the path of the kept source.
+    """
+    cache = cache or BuildCache.default()
+    flags = build_flags(target, extra_flags)
+    key = build_key(source, flags, target)
+    entry = cache.lookup(key)
+    if entry is not None:
+        return entry.lib_path
+
+    command = compiler_command()
+    with cache.scratch_dir() as scratch:
+        src, lib = Path(scratch) / "source.c", Path(scratch) / "lib.so"
+        src.write_text(source)
+        argv = [*command, *flags, "-o", str(lib), str(src), *LINK_FLAGS]
+        started = time.perf_counter()
+        kept = cache.failed_path(key, name)
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            cache.save_failed(key, name, source, f"timed out after {timeout:g} s:\n{shlex.join(argv)}\n")
+            raise CompileError(f"compiling {name!r} timed out after {timeout:g} s", str(kept)) from None
+        except OSError as exc:
+            cache.save_failed(key, name, source, str(exc))
+            raise CompileError(f"cannot run the C compiler {shlex.join(command)!r} ({exc}); "
+                               f"install gcc or set CC to a C compiler", str(kept)) from None
+        if done.returncode != 0 or not lib.is_file():
+            # Point the compiler's file:line references at the kept copy, not the scratch file.
+            output = (done.stderr or done.stdout).replace(str(src), str(kept))
+            cache.save_failed(key, name, source, f"{shlex.join(argv)}\n{output}")
+            raise CompileError(f"{command[0]} failed to compile {name!r} (exit {done.returncode})",
+                               str(kept), output)
+        info = {"name": name, "flags": flags, "compiler": compiler_version(),
+                "target": target.key(), "created": time.time(),
+                "compile_seconds": round(time.perf_counter() - started, 3), **(meta or {})}
+        entry = cache.store(key, {"source.c": source, "lib.so": lib}, info)
+    return entry.lib_path

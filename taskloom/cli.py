@@ -1,0 +1,72 @@
+"""The ``taskloom`` command line: ``taskloom cache info`` and ``taskloom cache clear``.
+
+Each command group registers itself with :func:`build_parser` through an ``add_*``
+function and sets ``func`` on its parser; :func:`main` calls it.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from taskloom.backend.cache import BuildCache
+from taskloom.errors import TaskloomError
+
+
+def format_bytes(n: int) -> str:
+    """``1536`` -> ``"1.5 KiB"``."""
+    units = ("B", "KiB", "MiB", "GiB", "TiB")
+    size, unit = float(n), 0
+    while size >= 1024 and unit < len(units) - 1:
+        size, unit = size / 1024, unit + 1
+    return f"{n} B" if unit == 0 else f"{size:.1f} {units[unit]}"
+
+
+def _cache_info(args: argparse.Namespace) -> int:
+    info = BuildCache.default().info()
+    print(f"root:    {info['root']}")
+    print(f"entries: {info['entries']}"
+          + (f" (+{info['failed_sources']} failed sources)" if info["failed_sources"] else ""))
+    print(f"size:    {format_bytes(info['total_bytes'])} ({info['total_bytes']} bytes)")
+    print(f"bound:   {format_bytes(info['max_bytes'])} ({info['max_bytes']} bytes)")
+    return 0
+
+
+def _cache_clear(args: argparse.Namespace) -> int:
+    cache = BuildCache.default()
+    freed = cache.clear()
+    print(f"cleared {cache.root}: freed {format_bytes(freed)} ({freed} bytes)")
+    return 0
+
+
+def add_cache_commands(commands: argparse._SubParsersAction) -> None:
+    """Register ``cache info`` and ``cache clear``."""
+    cache = commands.add_parser("cache", help="inspect or clear the build cache "
+                                "(TASKLOOM_CACHE_DIR, default ~/.cache/taskloom)")
+    actions = cache.add_subparsers(dest="action", metavar="ACTION", required=True)
+    actions.add_parser("info", help="print the cache's location, entries, size and bound") \
+        .set_defaults(func=_cache_info)
+    actions.add_parser("clear", help="remove every cached build") \
+        .set_defaults(func=_cache_clear)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every ``taskloom`` command."""
+    parser = argparse.ArgumentParser(prog="taskloom", description="taskloom deep-learning compiler")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    add_cache_commands(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run a ``taskloom`` command; return its exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except TaskloomError as exc:
+        print(f"taskloom: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+"""The base of every IR node: immutable, with structural equality and a cached hash."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterator
+
+
+class Node:
+    """An immutable IR node. Two nodes are equal when their classes and fields are equal.
+
+    Subclasses are ``@dataclass(frozen=True, eq=False)``; equality and hashing live here so
+    the hash of a deep tree is computed once.
+    """
+
+    __slots__ = ()
+
+    def _fields(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, f.name) for f in dataclasses.fields(self))
+
+    def __hash__(self) -> int:
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((type(self).__name__, self._fields()))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if type(self) is not type(other) or hash(self) != hash(other):
+            return False
+        return self._fields() == other._fields()  # type: ignore[attr-defined]
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    def children(self) -> Iterator["Node"]:
+        """The direct child nodes, in field order (tuples are walked one level deep)."""
+        for value in self._fields():
+            if isinstance(value, Node):
+                yield value
+            elif isinstance(value, tuple):
+                for v in value:
+                    if isinstance(v, Node):
+                        yield v
+
+    def __str__(self) -> str:
+        from taskloom.ir.printer import astext
+        return astext(self)

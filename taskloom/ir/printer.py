@@ -181,7 +181,7 @@ class _StmtPrinter:
 
 def _decorator(f: S.Function) -> str:
     kw = [] if f.kind == "cpu_kernel" else [f"kind={f.kind!r}"]
-    kw += [f"{k}={v!r}" for k, v in f.attrs]
+    kw += [f"{k}={v!r}" for k, v in f.attrs if k != "doc"]
     return "@kernel" + (f"({', '.join(kw)})" if kw else "")
 
 
@@ -189,6 +189,9 @@ def function_text(f: S.Function) -> str:
     p = _StmtPrinter()
     params = ", ".join(f"{v.name}: {type_text(v.type)}" for v in f.params)
     p.lines += [_decorator(f), f"def {f.name}({params}):"]
+    doc = f.attr("doc")
+    if doc is not None:  # the parser reads the docstring back into the 'doc' attribute
+        p.line(1, repr(doc))
     p.body(f.body, 1)
     return "\n".join(p.lines)
 

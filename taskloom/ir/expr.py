@@ -10,6 +10,7 @@ non-negative, where this is the same as Python's floor division.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Sequence, Union
 
@@ -107,6 +108,10 @@ class Constant(Expr):
                 raise IRError(f"constant {v} is not an integer, so it cannot have type {self.type!r}")
             v = int(v)
         object.__setattr__(self, "value", v)
+
+    def _fields(self) -> tuple[Any, ...]:
+        # floats compare by their text, so that nan equals nan and -0.0 differs from 0.0
+        return (repr(self.value) if isinstance(self.value, float) else self.value, self.type)
 
 
 ARITH_OPS = ("add", "sub", "mul", "div", "mod", "min", "max")
@@ -219,6 +224,11 @@ def _check_indices(what: str, tensor: Expr, indices: tuple[Expr, ...]) -> None:
             raise IRError(f"{what} of {_name(tensor)}: index {i!r} has type {i.type!r}, not an integer")
 
 
+def _check_count(what: str, count: Expr | None) -> None:
+    if count is not None and not (isinstance(count.type, DataType) and count.type.is_integer()):
+        raise IRError(f"{what}: the lane count {count!r} has type {count.type!r}, not an integer")
+
+
 def _name(e: Expr) -> str:
     return f"'{e.name}'" if isinstance(e, Var) else repr(e)
 
@@ -253,7 +263,8 @@ class VectorLoad(Expr):
         et = element_type(self.tensor.type)
         if not isinstance(et, DataType):
             raise IRError(f"vector load from {_name(self.tensor)} whose elements are {et!r}")
-        object.__setattr__(self, "type", VectorType(et, self.lanes))
+        _check_count("vector load", self.count)
+        object.__setattr__(self, "type", dtypes.vec(et, self.lanes))
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -266,7 +277,7 @@ class Broadcast(Expr):
     def __post_init__(self) -> None:
         if not isinstance(self.value.type, DataType):
             raise IRError(f"broadcast() needs a scalar, got {self.value.type!r}")
-        object.__setattr__(self, "type", VectorType(self.value.type, self.lanes))
+        object.__setattr__(self, "type", dtypes.vec(self.value.type, self.lanes))
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -317,10 +328,17 @@ def cast(value: ExprLike, dtype: DataType | str) -> Expr:
     """``value`` converted to ``dtype``; a constant is converted at once, a no-op cast vanishes."""
     dt = dtypes.dtype(dtype)
     e = as_expr(value)
-    if e.type == dt:
+    if e.type == dt or isinstance(e.type, VectorType) and e.type.base == dt:
         return e
     if isinstance(e, Constant):
-        return Constant(e.value, dt)
+        v = e.value
+        if not dt.is_integer():
+            return Constant(v, dt)
+        if not (isinstance(v, float) and not math.isfinite(v)):
+            # as C converts: truncate toward zero, then wrap to the width of the type
+            bits = 8 * dt.nbytes
+            v = math.trunc(v) & ((1 << bits) - 1)
+            return Constant(v - (1 << bits) if dt.kind == "int" and v >= 1 << (bits - 1) else v, dt)
     return Cast(e, dt)
 
 
@@ -359,13 +377,13 @@ def binary(op: str, a: ExprLike, b: ExprLike) -> Expr:
 
 
 def unary(op: str, a: ExprLike) -> Expr:
-    """``op a``; negating or negating-logically a constant gives a constant."""
+    """``op a``; negating, negating logically or inverting a constant gives a constant."""
     x = as_expr(a)
-    if isinstance(x, Constant) and op == "neg":
-        return Constant(-x.value, x.type)
-    if isinstance(x, Constant) and op == "not":
-        return Constant(not x.value, x.type)
-    return Unary(op, x)
+    u = Unary(op, x)  # checks the operand's type
+    if isinstance(x, Constant):
+        v = x.value
+        return Constant(-v if op == "neg" else (not v) if op == "not" else ~v, x.type)
+    return u
 
 
 def true_div(a: ExprLike, b: ExprLike) -> Expr:
@@ -442,7 +460,7 @@ def cdiv(a: ExprLike, b: ExprLike) -> Expr | int:
     """Ceiling division of non-negative integers: the number of ``b``-tiles covering ``a``."""
     if isinstance(a, int) and isinstance(b, int):
         return -(-a // b)
-    return int_div(binary("add", a, binary("sub", b, 1)), b)
+    return int_div(binary("add", a, b - 1 if isinstance(b, int) else binary("sub", b, 1)), b)
 
 
 def is_const(e: Any, value: int | float | None = None) -> bool:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence, Union
 
@@ -40,6 +41,8 @@ Task = tuple[int, ...]
 def _prod(xs: Sequence[Dim]) -> Dim:
     out: Dim = 1
     for x in xs:
+        if isinstance(x, int) and x == 1:
+            continue
         out = out * x if not (isinstance(out, int) and out == 1) else x
     return out
 
@@ -60,10 +63,11 @@ def _check_dims(kind: str, shape: Sequence[Any]) -> tuple[Dim, ...]:
 def _check_ranks(kind: str, ndim: int, ranks: Sequence[int] | None) -> tuple[int, ...]:
     if ranks is None:
         return tuple(range(ndim))
-    r = tuple(int(x) for x in ranks)
-    if sorted(r) != list(range(ndim)):
+    r = tuple(ranks)
+    if not all(isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in r) \
+            or sorted(r) != list(range(ndim)):
         raise MappingError(f"{kind}() ranks must be a permutation of 0..{ndim - 1}, got {list(r)}")
-    return r
+    return tuple(int(x) for x in r)
 
 
 def _axis_order(ranks: tuple[int, ...]) -> list[int]:

@@ -34,6 +34,10 @@ class Node:
     def __ne__(self, other: object) -> bool:
         return not self.__eq__(other)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # the cached hash is not pickled: string hashes differ from one process to the next
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
     def children(self) -> Iterator["Node"]:
         """The direct child nodes, in field order (tuples are walked one level deep)."""
         for value in self._fields():

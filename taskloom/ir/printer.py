@@ -192,6 +192,9 @@ def function_text(f: S.Function) -> str:
     doc = f.attr("doc")
     if doc is not None:  # the parser reads the docstring back into the 'doc' attribute
         p.line(1, repr(doc))
+    elif isinstance(f.body, S.Comment) or isinstance(f.body, S.SeqStmt) and f.body.stmts \
+            and isinstance(f.body.stmts[0], S.Comment):
+        p.line(1, "pass")  # so that a leading comment is not read back as the docstring
     p.body(f.body, 1)
     return "\n".join(p.lines)
 

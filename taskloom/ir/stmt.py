@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from taskloom.errors import IRError
 from taskloom.ir.dtypes import DataType, PointerType, TensorType, VectorType, boolean, element_type
-from taskloom.ir.expr import Expr, Var, _check_indices, _name, as_expr
+from taskloom.ir.expr import Expr, Var, _check_count, _check_indices, _name, as_expr
 from taskloom.ir.node import Node
 
 if TYPE_CHECKING:
@@ -48,6 +48,9 @@ class For(Stmt):
             raise IRError(f"unknown loop kind {self.kind!r}; expected one of {FOR_KINDS}")
         if not (isinstance(self.var.type, DataType) and self.var.type.is_integer()):
             raise IRError(f"loop variable '{self.var.name}' must be an integer, not {self.var.type!r}")
+        if not (isinstance(self.extent.type, DataType) and self.extent.type.is_integer()):
+            raise IRError(f"the extent of loop '{self.var.name}' must be an integer, got {self.extent!r} "
+                          f"of type {self.extent.type!r}")
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -66,6 +69,9 @@ class ForMapping(Stmt):
         if len(self.vars) != len(self.mapping.task_shape):
             raise IRError(f"mapping {self.mapping!r} has {len(self.mapping.task_shape)} task "
                           f"dimensions but the loop binds {len(self.vars)} variable(s)")
+        if not (isinstance(self.worker.type, DataType) and self.worker.type.is_integer()):
+            raise IRError(f"the worker of {self.mapping!r} must be an integer, got {self.worker!r} "
+                          f"of type {self.worker.type!r}")
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -150,6 +156,7 @@ class VectorStore(Stmt):
         if not (isinstance(t, VectorType) and t.base == element_type(self.tensor.type)):
             raise IRError(f"vector store of {t!r} into {_name(self.tensor)} with elements "
                           f"{element_type(self.tensor.type)!r}")
+        _check_count("vector store", self.count)
 
 
 @dataclass(frozen=True, eq=False, repr=False)

@@ -211,14 +211,14 @@ class _Parser:
             v = E.Var(name, value.type)
             self.scopes[-1][name] = _Binding(v)
             return [S.Declare(v, None, value.scope)]
-        if b is not None and isinstance(b.value, E.Var) and name in self.scopes[-1] or \
-                b is not None and b.mutable:
-            if not b.mutable:
-                raise _Fail(f"'{name}' was bound once with `{name} = ...`; to assign it again, declare "
-                            f"it mutable first, e.g. `{name}: {T.float32.short} = ...`")
+        if b is not None and (isinstance(b.value, E.Var) or b.mutable):
             var_ = b.value
             if isinstance(var_.type, T.TensorType):
                 raise _Fail(f"cannot assign to buffer '{name}'; store to its elements instead")
+            if not b.mutable:
+                raise _Fail(f"'{name}' is a parameter, a loop variable or was bound once with `{name} = ...`, "
+                            f"so it cannot be assigned; copy it into a mutable variable instead, e.g. "
+                            f"`{name}_: {var_.type!r} = {name}`")
             return [S.Assign(var_, self.convert(value, var_.type, name))]
         if not isinstance(value, (E.Expr, bool, int, float)) or (not isinstance(value, E.Expr) and b is None
                                                                   and not self._assigned_later(name)
@@ -244,7 +244,7 @@ class _Parser:
         el = self.eval(target)
         if not isinstance(el, E.TensorElement):
             raise _Fail("only elements of tensors (A[i, j] = ...) can be stored to")
-        return S.BufferStore(el.tensor, el.indices, self.convert(value, el.type, E._name(el.tensor)))
+        return S.BufferStore(el.tensor, el.indices, self.convert(value, el.type, ast.unparse(target)))
 
     def stmt_Assign(self, st: ast.Assign) -> list[S.Stmt]:
         if len(st.targets) != 1:
@@ -530,10 +530,21 @@ _CMPOPS = {
 
 # ----------------------------------------------------------------------------- entry points
 
-def _decorator_kwargs(fdef: ast.FunctionDef) -> dict[str, Any]:
+def _decorator_kwargs(fdef: ast.FunctionDef, given: dict[str, Any], filename: str,
+                      line_offset: int) -> dict[str, Any]:
+    """The decorator's keywords that ``given`` lacks; those must be literals."""
     for d in fdef.decorator_list:
         if isinstance(d, ast.Call):
-            return {k.arg: ast.literal_eval(k.value) for k in d.keywords}
+            out = {}
+            for k in d.keywords:
+                if k.arg is None or k.arg in given:
+                    continue
+                try:
+                    out[k.arg] = ast.literal_eval(k.value)
+                except ValueError:
+                    raise ScriptError(f"decorator argument {k.arg}={ast.unparse(k.value)} must be a literal",
+                                      filename, k.value.lineno + line_offset) from None
+            return out
     return {}
 
 
@@ -553,7 +564,7 @@ def parse_source(source: str, env: dict[str, Any] | None = None, filename: str =
     fdef = next((n for n in tree.body if isinstance(n, ast.FunctionDef)), None)
     if fdef is None:
         raise ScriptError("no function definition found", filename)
-    opts = {**_decorator_kwargs(fdef), **options}
+    opts = {**_decorator_kwargs(fdef, options, filename, line_offset), **options}
     kind = opts.pop("kind", "cpu_kernel")
     name = opts.pop("name", None)
     parser = _Parser(env or {}, filename, source.splitlines(), line_offset)

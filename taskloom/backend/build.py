@@ -1,0 +1,77 @@
+"""From IR functions to a built shared library: lower, generate C, compile (cached)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from taskloom.backend.cache import BuildCache
+from taskloom.backend.codegen_c import codegen_c
+from taskloom.backend.compiler import compile_shared_library
+from taskloom.errors import CodegenError
+from taskloom.ir import expr as E
+from taskloom.ir import stmt as S
+from taskloom.ir.dtypes import DataType, PointerType, TensorType
+from taskloom.ir.functor import collect
+from taskloom.ir.printer import expr_text
+from taskloom.target.cpu import CpuTarget, get_target
+from taskloom import transforms
+
+
+@dataclass(frozen=True)
+class BuiltLibrary:
+    """A compiled shared library and what is needed to call it."""
+
+    lib_path: Path
+    source_path: Path
+    signatures: list[dict[str, Any]]
+    target: CpuTarget
+
+
+def _dim(d: E.Expr, params: set[str], where: str) -> int | str:
+    if isinstance(d, E.Constant):
+        return int(d.value)
+    missing = {v.name for v in E.free_vars(d)} - params
+    if missing:
+        raise CodegenError(f"{where}: its shape uses {sorted(missing)}, which are not parameters; "
+                           "every symbol in a parameter's shape must be a scalar parameter too")
+    return d.name if isinstance(d, E.Var) else expr_text(d)
+
+
+def signature(fn: S.Function) -> dict[str, Any]:
+    """The calling signature the runtime checks arguments against (JSON-able)."""
+    written = {s.tensor for s in collect(fn.body, (S.BufferStore, S.VectorStore))}  # type: ignore[attr-defined]
+    scalars = {p.name for p in fn.params if isinstance(p.type, DataType)}
+    params = []
+    for p in fn.params:
+        t = p.type
+        if isinstance(t, DataType):
+            params.append({"name": p.name, "kind": "scalar", "dtype": t.name})
+        elif isinstance(t, TensorType):
+            where = f"kernel '{fn.name}', parameter '{p.name}'"
+            params.append({"name": p.name, "kind": "tensor", "dtype": t.dtype.name,  # type: ignore[union-attr]
+                           "shape": [_dim(d, scalars, where) for d in t.shape], "written": p in written})
+        elif isinstance(t, PointerType):
+            params.append({"name": p.name, "kind": "pointer", "dtype": t.base.name,  # type: ignore[union-attr]
+                           "written": p in written})
+        else:
+            raise CodegenError(f"kernel '{fn.name}': parameter '{p.name}' has type {t!r}, which cannot be passed")
+    return {"name": fn.name, "params": params}
+
+
+def build_library(functions: S.Function | S.Module | Sequence[S.Function], target: CpuTarget | str | None = None,
+                  *, name: str | None = None, cache: BuildCache | None = None) -> BuiltLibrary:
+    """Lowers ``functions``, generates C for ``target`` (default: this machine) and builds it.
+
+    The build is content-addressed: building the same functions for the same target again
+    costs no compiler run.
+    """
+    tgt = get_target(target) if not isinstance(target, CpuTarget) else target
+    fns = list(functions.functions if isinstance(functions, S.Module)
+               else [functions] if isinstance(functions, S.Function) else functions)
+    sigs = [signature(f) for f in fns]
+    module = S.Module(tuple(transforms.lower(f) for f in fns))
+    source = codegen_c(module, tgt)
+    lib = compile_shared_library(source, tgt, name=name or fns[0].name, cache=cache,
+                                 meta={"signatures": sigs})
+    return BuiltLibrary(lib, lib.parent / "source.c", sigs, tgt)

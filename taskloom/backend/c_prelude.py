@@ -1,0 +1,115 @@
+"""The C prelude every generated translation unit starts with: headers and small helpers
+(bfloat16 conversion, min/max, tail masks, vector reductions and exp)."""
+
+PRELUDE = r"""
+#include <stdint.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <math.h>
+#include <omp.h>
+#include <immintrin.h>
+
+/* bfloat16 is stored as its 16 bits; arithmetic goes through float. */
+typedef uint16_t tl_bf16;
+static inline float tl_bf16_to_f32(tl_bf16 x) {
+  union { uint32_t u; float f; } v = { (uint32_t)x << 16 };
+  return v.f;
+}
+static inline tl_bf16 tl_f32_to_bf16(float x) {
+  union { float f; uint32_t u; } v = { x };
+  if ((v.u & 0x7fffffffu) > 0x7f800000u) return (tl_bf16)((v.u >> 16) | 0x40);  /* quiet NaN */
+  return (tl_bf16)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);  /* round to nearest even */
+}
+
+#define TL_MINMAX(T, S) \
+  static inline T tl_min_##S(T a, T b) { return a < b ? a : b; } \
+  static inline T tl_max_##S(T a, T b) { return a > b ? a : b; }
+TL_MINMAX(double, f64) TL_MINMAX(float, f32) TL_MINMAX(_Float16, f16)
+TL_MINMAX(int64_t, i64) TL_MINMAX(int32_t, i32) TL_MINMAX(int16_t, i16) TL_MINMAX(int8_t, i8)
+TL_MINMAX(uint8_t, u8) TL_MINMAX(bool, boolean)
+static inline int64_t tl_abs_i64(int64_t a) { return a < 0 ? -a : a; }
+static inline int32_t tl_abs_i32(int32_t a) { return a < 0 ? -a : a; }
+static inline int16_t tl_abs_i16(int16_t a) { return a < 0 ? -a : a; }
+static inline int8_t tl_abs_i8(int8_t a) { return a < 0 ? -a : a; }
+static inline uint8_t tl_abs_u8(uint8_t a) { return a; }
+static inline float tl_sigmoid_f32(float x) { return 1.0f / (1.0f + expf(-x)); }
+static inline double tl_sigmoid_f64(double x) { return 1.0 / (1.0 + exp(-x)); }
+static inline size_t tl_round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+/* Vector exp: 2^n * p(r) with x = n*ln2 + r, |r| <= ln2/2, p a degree-6 polynomial
+   (relative error ~1e-7, like expf on the range that matters). */
+#define TL_EXP_POLY(P, r) \
+  P##_fmadd_ps(P##_fmadd_ps(P##_fmadd_ps(P##_fmadd_ps(P##_fmadd_ps(P##_fmadd_ps( \
+    P##_set1_ps(1.0f / 720), r, P##_set1_ps(1.0f / 120)), r, P##_set1_ps(1.0f / 24)), r, \
+    P##_set1_ps(1.0f / 6)), r, P##_set1_ps(0.5f)), r, P##_set1_ps(1.0f)), r, P##_set1_ps(1.0f))
+
+#ifdef __AVX512F__
+static inline __mmask16 tl_mask16(int32_t n) {
+  return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
+}
+static inline float tl_reduce_add_f32x16(__m512 v) { return _mm512_reduce_add_ps(v); }
+static inline float tl_reduce_max_f32x16(__m512 v) { return _mm512_reduce_max_ps(v); }
+static inline float tl_reduce_min_f32x16(__m512 v) { return _mm512_reduce_min_ps(v); }
+static inline __m512 tl_abs_f32x16(__m512 v) { return _mm512_abs_ps(v); }
+static inline __m512 tl_exp_f32x16(__m512 x) {
+  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.7f)), _mm512_set1_ps(-103.0f));
+  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);
+  return _mm512_scalef_ps(TL_EXP_POLY(_mm512, r), n);
+}
+#endif
+
+#ifdef __AVX2__
+static inline __m256i tl_mask8(int32_t n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+static inline __m128i tl_mask4(int32_t n) {
+  return _mm_cmpgt_epi32(_mm_set1_epi32(n), _mm_setr_epi32(0, 1, 2, 3));
+}
+static inline float tl_reduce_add_f32x4(__m128 v) {
+  v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+  v = _mm_add_ss(v, _mm_shuffle_ps(v, v, 1));
+  return _mm_cvtss_f32(v);
+}
+static inline float tl_reduce_max_f32x4(__m128 v) {
+  v = _mm_max_ps(v, _mm_movehl_ps(v, v));
+  v = _mm_max_ss(v, _mm_shuffle_ps(v, v, 1));
+  return _mm_cvtss_f32(v);
+}
+static inline float tl_reduce_min_f32x4(__m128 v) {
+  v = _mm_min_ps(v, _mm_movehl_ps(v, v));
+  v = _mm_min_ss(v, _mm_shuffle_ps(v, v, 1));
+  return _mm_cvtss_f32(v);
+}
+static inline float tl_reduce_add_f32x8(__m256 v) {
+  return tl_reduce_add_f32x4(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)));
+}
+static inline float tl_reduce_max_f32x8(__m256 v) {
+  return tl_reduce_max_f32x4(_mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)));
+}
+static inline float tl_reduce_min_f32x8(__m256 v) {
+  return tl_reduce_min_f32x4(_mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)));
+}
+static inline __m256 tl_abs_f32x8(__m256 v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v); }
+static inline __m128 tl_abs_f32x4(__m128 v) { return _mm_andnot_ps(_mm_set1_ps(-0.0f), v); }
+static inline __m256 tl_exp_f32x8(__m256 x) {
+  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.3f)), _mm256_set1_ps(-87.3f));
+  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
+                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145752f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.42860677e-6f), r);
+  __m256i e = _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23);
+  return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(TL_EXP_POLY(_mm256, r)), e));
+}
+static inline __m128 tl_exp_f32x4(__m128 x) {
+  x = _mm_max_ps(_mm_min_ps(x, _mm_set1_ps(88.3f)), _mm_set1_ps(-87.3f));
+  __m128 n = _mm_round_ps(_mm_mul_ps(x, _mm_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m128 r = _mm_fnmadd_ps(n, _mm_set1_ps(0.693145752f), x);
+  r = _mm_fnmadd_ps(n, _mm_set1_ps(1.42860677e-6f), r);
+  __m128i e = _mm_slli_epi32(_mm_cvtps_epi32(n), 23);
+  return _mm_castsi128_ps(_mm_add_epi32(_mm_castps_si128(TL_EXP_POLY(_mm, r)), e));
+}
+#endif
+""".strip()

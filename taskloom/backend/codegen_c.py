@@ -1,0 +1,348 @@
+"""C code generation for x86-64 from lowered IR (mappings lowered, buffers flattened).
+
+CPU workers are OpenMP threads (``parallel`` loops); vector values are AVX-512 registers
+(``__m512``, 16 x f32) or, on AVX2 machines, ``__m256`` (8 x f32), and vector operations
+become the matching intrinsics. The output keeps the IR's names and comments so a reader
+can find their kernel in it.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from taskloom.errors import CodegenError
+from taskloom.ir import expr as E
+from taskloom.ir import stmt as S
+from taskloom.ir.dtypes import DataType, PointerType, TensorType, Type, VectorType, index_type
+from taskloom.ir.functor import collect
+from taskloom.backend.c_prelude import PRELUDE
+from taskloom.target.cpu import CpuTarget
+
+_C_SCALAR = {"float64": "double", "float32": "float", "float16": "_Float16", "bfloat16": "tl_bf16",
+             "int64": "int64_t", "int32": "int32_t", "int16": "int16_t", "int8": "int8_t",
+             "uint8": "uint8_t", "bool": "bool"}
+# (C type, intrinsic prefix, ISA flag needed) for each supported vector type
+_C_VECTOR = {("float32", 16): ("__m512", "_mm512", "avx512f"),
+             ("float32", 8): ("__m256", "_mm256", "avx2"),
+             ("float32", 4): ("__m128", "_mm", "sse4_2")}
+_C_KEYWORDS = frozenset("""auto break case char const continue default do double else enum extern
+    float for goto if inline int long register restrict return short signed sizeof static struct
+    switch typedef union unsigned void volatile while bool true false""".split())
+# C operator precedence (higher binds tighter) for readable, minimal parentheses
+_C_BIN = {"or": ("||", 3), "and": ("&&", 4), "bitor": ("|", 5), "bitxor": ("^", 6),
+          "bitand": ("&", 7), "eq": ("==", 8), "ne": ("!=", 8), "lt": ("<", 9), "le": ("<=", 9),
+          "shl": ("<<", 10), "shr": (">>", 10), "add": ("+", 11), "sub": ("-", 11),
+          "mul": ("*", 12), "div": ("/", 12), "mod": ("%", 12)}
+_ATOM = 15
+_SCALAR_MATH = {"exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "erf": "erf",
+                "floor": "floor", "ceil": "ceil", "sin": "sin", "cos": "cos", "pow": "pow",
+                "fma": "fma", "abs": "fabs"}
+_VECTOR_MATH = {"sqrt", "fma", "abs", "exp", "reduce_add", "reduce_max", "reduce_min"}
+#: Local buffers up to this many bytes live on the stack; larger ones on the heap.
+STACK_LIMIT = 64 * 1024
+
+
+def c_name(name: str) -> str:
+    """The C identifier for an IR name (C keywords get a trailing underscore)."""
+    return name + "_" if name in _C_KEYWORDS else name
+
+
+def c_type(t: Type, where: str = "") -> str:
+    if isinstance(t, DataType):
+        return _C_SCALAR[t.name]
+    if isinstance(t, VectorType):
+        return _vector_info(t, where)[0]
+    if isinstance(t, (PointerType, TensorType)):
+        base = t.base if isinstance(t, PointerType) else t.dtype
+        return c_type(base, where) + "*"
+    raise CodegenError(f"{where}: no C type for {t!r}")
+
+
+def _vector_info(t: VectorType, where: str) -> tuple[str, str, str]:
+    info = _C_VECTOR.get((t.base.name, t.lanes))
+    if info is None:
+        supported = ", ".join(f"{b[:1]}{b[5:]}x{n}" for b, n in _C_VECTOR)
+        raise CodegenError(f"{where}: the C backend has no vector type {t!r}; supported: {supported}")
+    return info
+
+
+def _float_literal(v: float, t: DataType) -> str:
+    if math.isnan(v):
+        text = "NAN"
+    elif math.isinf(v):
+        text = "INFINITY" if v > 0 else "(-INFINITY)"
+    else:
+        text = repr(v)
+        if "e" not in text and "." not in text:
+            text += ".0"
+        if t.name != "float64":
+            text += "f"
+    if t.name == "float16":
+        return f"((_Float16){text})"
+    if t.name == "bfloat16":
+        return f"tl_f32_to_bf16({text})"
+    return text
+
+
+class _FunctionCodegen:
+    def __init__(self, fn: S.Function, target: CpuTarget):
+        self.fn = fn
+        self.target = target
+        self.lines: list[str] = []
+        self.heap_buffers: list[list[str]] = []
+        self.where = f"kernel '{fn.name}'"
+        self.written = {s.tensor for s in collect(fn.body, (S.BufferStore, S.VectorStore))}  # type: ignore[attr-defined]
+
+    # ----------------------------------------------------------------- expressions
+    def expr(self, e: E.Expr) -> str:
+        return self._expr(e)[0]
+
+    def _paren(self, e: E.Expr, prec: int) -> str:
+        text, p = self._expr(e)
+        return text if p >= prec else f"({text})"
+
+    def _expr(self, e: E.Expr) -> tuple[str, int]:
+        if isinstance(e, E.Var):
+            return c_name(e.name), _ATOM
+        if isinstance(e, E.Constant):
+            return self.constant(e)
+        if isinstance(e.type, VectorType) and not isinstance(e, (E.TensorElement, E.VectorLoad, E.Broadcast, E.Call)):
+            return self.vector_op(e), _ATOM
+        if isinstance(e, E.Binary):
+            t = e.a.type
+            if isinstance(t, DataType) and t.name == "bfloat16":
+                return self.bf16_binary(e), _ATOM
+            if e.op in ("min", "max"):
+                return f"tl_{e.op}_{t.short}({self.expr(e.a)}, {self.expr(e.b)})", _ATOM  # type: ignore[union-attr]
+            if e.op == "mod" and isinstance(t, DataType) and t.is_float():
+                return f"fmod{'f' if t.name == 'float32' else ''}({self.expr(e.a)}, {self.expr(e.b)})", _ATOM
+            sym, p = _C_BIN[e.op]
+            return f"{self._paren(e.a, p)} {sym} {self._paren(e.b, p + 1)}", p
+        if isinstance(e, E.Unary):
+            sym = {"neg": "-", "not": "!", "bitnot": "~"}[e.op]
+            return f"{sym}{self._paren(e.a, 14)}", 14
+        if isinstance(e, E.Cast):
+            src, dst = e.value.type, e.dtype
+            if isinstance(src, DataType) and src.name == "bfloat16":
+                inner = f"tl_bf16_to_f32({self.expr(e.value)})"
+                return (inner, _ATOM) if dst.name == "float32" else (f"(({c_type(dst)}){inner})", _ATOM)
+            if dst.name == "bfloat16":
+                return f"tl_f32_to_bf16((float){self._paren(e.value, 14)})", _ATOM
+            return f"({c_type(dst)}){self._paren(e.value, 14)}", 14
+        if isinstance(e, E.Select):
+            return f"{self._paren(e.cond, 3)} ? {self._paren(e.a, 3)} : {self._paren(e.b, 2)}", 2
+        if isinstance(e, E.TensorElement):
+            return f"{self._paren(e.tensor, _ATOM)}[{self.index(e)}]", _ATOM
+        if isinstance(e, E.VectorLoad):
+            return self.vector_load(e), _ATOM
+        if isinstance(e, E.Broadcast):
+            ctype, prefix, _ = self.vinfo(e.type)  # type: ignore[arg-type]
+            return f"{prefix}_set1_ps({self.expr(e.value)})", _ATOM
+        if isinstance(e, E.Call):
+            return self.call(e), _ATOM
+        raise CodegenError(f"{self.where}: the C backend cannot emit {type(e).__name__} `{e!r}`")
+
+    def index(self, e: E.TensorElement | E.VectorLoad | S.BufferStore | S.VectorStore) -> str:
+        if len(e.indices) != 1:
+            raise CodegenError(f"{self.where}: access to {E._name(e.tensor)} is not flattened; "
+                               "run taskloom.transforms.lower first")
+        return self.expr(e.indices[0])
+
+    def constant(self, c: E.Constant) -> tuple[str, int]:
+        t = c.type
+        if t.is_float():
+            text = _float_literal(c.value, t)  # type: ignore[arg-type]
+        elif t.is_bool():
+            text = "true" if c.value else "false"
+        elif t.name == "int64":
+            text = f"INT64_C({c.value})"
+        elif t == index_type:
+            text = str(c.value)
+        else:
+            text = f"(({c_type(t)}){c.value})"
+        return text, (14 if text.startswith("-") else _ATOM)
+
+    def bf16_binary(self, e: E.Binary) -> str:
+        a, b = f"tl_bf16_to_f32({self.expr(e.a)})", f"tl_bf16_to_f32({self.expr(e.b)})"
+        if e.op in ("min", "max"):
+            f = f"tl_{e.op}_f32({a}, {b})"
+        else:
+            f = f"({a} {_C_BIN[e.op][0]} {b})"
+        return f if e.op in ("lt", "le", "eq", "ne") else f"tl_f32_to_bf16({f})"
+
+    def call(self, e: E.Call) -> str:
+        args = ", ".join(self.expr(a) for a in e.args)
+        t = e.args[0].type
+        if isinstance(t, VectorType):
+            if e.func not in _VECTOR_MATH:
+                raise CodegenError(f"{self.where}: {e.func}() on vectors {t!r} is not supported by the "
+                                   f"C backend (vector primitives: {', '.join(sorted(_VECTOR_MATH))})")
+            ctype, prefix, _ = self.vinfo(t)
+            if e.func in ("sqrt",):
+                return f"{prefix}_sqrt_ps({args})"
+            if e.func == "fma":
+                return f"{prefix}_fmadd_ps({args})"
+            return f"tl_{e.func}_f32x{t.lanes}({args})"
+        assert isinstance(t, DataType)
+        if e.func in ("reduce_add", "reduce_max", "reduce_min"):
+            raise CodegenError(f"{self.where}: {e.func}() needs a vector argument")
+        if t.is_integer():
+            if e.func != "abs":
+                raise CodegenError(f"{self.where}: {e.func}() on integers is not supported")
+            return f"tl_abs_{t.short}({args})"
+        if t.name in ("float16", "bfloat16"):
+            conv = [f"tl_bf16_to_f32({self.expr(a)})" if t.name == "bfloat16" else f"(float){self._paren(a, 14)}"
+                    for a in e.args]
+            inner = self._float_call(e.func, "float32", ", ".join(conv))
+            return f"tl_f32_to_bf16({inner})" if t.name == "bfloat16" else f"(_Float16){inner}"
+        return self._float_call(e.func, t.name, args)
+
+    @staticmethod
+    def _float_call(func: str, dtype: str, args: str) -> str:
+        suffix = "f" if dtype == "float32" else ""
+        if func == "rsqrt":
+            return f"(1.0{suffix} / sqrt{suffix}({args}))"
+        if func == "sigmoid":
+            return f"tl_sigmoid_{'f32' if suffix else 'f64'}({args})"
+        return f"{_SCALAR_MATH[func]}{suffix}({args})"
+
+    def vinfo(self, t: VectorType) -> tuple[str, str, str]:
+        info = _vector_info(t, self.where)
+        if not self.target.has(info[2]):
+            raise CodegenError(f"{self.where}: {t!r} vectors need {info[2]}, which target {self.target.key()} "
+                               f"lacks; choose lanes with target.vector_lanes(dtype)")
+        return info
+
+    def vector_op(self, e: E.Expr) -> str:
+        t = e.type
+        assert isinstance(t, VectorType)
+        ctype, prefix, _ = self.vinfo(t)
+        if isinstance(e, E.Binary) and e.op in ("add", "sub", "mul", "div", "min", "max"):
+            return f"{prefix}_{e.op}_ps({self.expr(e.a)}, {self.expr(e.b)})"
+        if isinstance(e, E.Unary) and e.op == "neg":
+            return f"{prefix}_sub_ps({prefix}_setzero_ps(), {self.expr(e.a)})"
+        raise CodegenError(f"{self.where}: `{e!r}` on {t!r} vectors is not supported by the C backend")
+
+    def _address(self, tensor: E.Expr, index: str) -> str:
+        return f"&{self._paren(tensor, _ATOM)}[{index}]"
+
+    def vector_load(self, e: E.VectorLoad) -> str:
+        ctype, prefix, _ = self.vinfo(e.type)  # type: ignore[arg-type]
+        addr = self._address(e.tensor, self.index(e))
+        if e.count is None:
+            return f"{prefix}_loadu_ps({addr})"
+        if e.lanes == 16:
+            return f"_mm512_maskz_loadu_ps(tl_mask16({self.expr(e.count)}), {addr})"
+        return f"{prefix}_maskload_ps({addr}, tl_mask{e.lanes}({self.expr(e.count)}))"
+
+    def vector_store(self, s: S.VectorStore) -> str:
+        t = s.value.type
+        ctype, prefix, _ = self.vinfo(t)  # type: ignore[arg-type]
+        addr = self._address(s.tensor, self.index(s))
+        v = self.expr(s.value)
+        if s.count is None:
+            return f"{prefix}_storeu_ps({addr}, {v});"
+        if t.lanes == 16:  # type: ignore[union-attr]
+            return f"_mm512_mask_storeu_ps({addr}, tl_mask16({self.expr(s.count)}), {v});"
+        return f"{prefix}_maskstore_ps({addr}, tl_mask{t.lanes}({self.expr(s.count)}), {v});"  # type: ignore[union-attr]
+
+    # ----------------------------------------------------------------- statements
+    def emit(self, depth: int, text: str) -> None:
+        self.lines.append("  " * depth + text)
+
+    def block(self, s: S.Stmt, depth: int) -> None:
+        self.heap_buffers.append([])
+        self.stmt(s, depth)
+        for name in reversed(self.heap_buffers.pop()):
+            self.emit(depth, f"free({name});")
+
+    def stmt(self, s: S.Stmt, d: int) -> None:
+        if isinstance(s, S.SeqStmt):
+            for x in s.stmts:
+                self.stmt(x, d)
+        elif isinstance(s, S.For):
+            v, n = c_name(s.var.name), self.expr(s.extent)
+            if s.kind == "parallel":
+                self.emit(d, "#pragma omp parallel for schedule(static)")
+            elif s.kind == "unroll":
+                self.emit(d, f"#pragma GCC unroll {s.extent.value if E.is_const(s.extent) else 8}")  # type: ignore[attr-defined]
+            elif s.kind == "vectorize":
+                self.emit(d, "#pragma omp simd")
+            self.emit(d, f"for ({c_type(s.var.type)} {v} = 0; {v} < {n}; ++{v}) {{")
+            self.block(s.body, d + 1)
+            self.emit(d, "}")
+        elif isinstance(s, S.ForMapping):
+            raise CodegenError(f"{self.where}: a task-mapping loop reached code generation; "
+                               "run taskloom.transforms.lower first")
+        elif isinstance(s, S.If):
+            self.emit(d, f"if ({self.expr(s.cond)}) {{")
+            self.block(s.then_body, d + 1)
+            if s.else_body is not None:
+                self.emit(d, "} else {")
+                self.block(s.else_body, d + 1)
+            self.emit(d, "}")
+        elif isinstance(s, S.Let):
+            self.emit(d, f"const {c_type(s.var.type, self.where)} {c_name(s.var.name)} = {self.expr(s.value)};")
+        elif isinstance(s, S.Declare):
+            self.declare(s, d)
+        elif isinstance(s, S.Assign):
+            self.emit(d, f"{c_name(s.var.name)} = {self.expr(s.value)};")
+        elif isinstance(s, S.BufferStore):
+            self.emit(d, f"{self._paren(s.tensor, _ATOM)}[{self.index(s)}] = {self.expr(s.value)};")
+        elif isinstance(s, S.VectorStore):
+            self.emit(d, self.vector_store(s))
+        elif isinstance(s, S.Evaluate):
+            self.emit(d, f"{self.expr(s.expr)};")
+        elif isinstance(s, S.Barrier):
+            self.emit(d, "#pragma omp barrier")
+        elif isinstance(s, S.Comment):
+            for line in s.text.splitlines() or [""]:
+                self.emit(d, f"// {line}")
+        else:
+            raise CodegenError(f"{self.where}: the C backend cannot emit {type(s).__name__}")
+
+    def declare(self, s: S.Declare, d: int) -> None:
+        t, name = s.var.type, c_name(s.var.name)
+        if not isinstance(t, TensorType):
+            init = "" if s.init is None else f" = {self.expr(s.init)}"
+            self.emit(d, f"{c_type(t, self.where)} {name}{init};")
+            return
+        elem = c_type(t.dtype, self.where)
+        size = t.shape[0]
+        nbytes = size.value * t.dtype.nbytes if E.is_const(size) else None  # type: ignore[attr-defined]
+        if s.scope != "global" and nbytes is not None and nbytes <= STACK_LIMIT:
+            self.emit(d, f"{elem} {name}[{size.value}] __attribute__((aligned(64)));  // {s.scope}")  # type: ignore[attr-defined]
+            return
+        bytes_expr = f"tl_round_up((size_t)({self.expr(size)}) * sizeof({elem}), 64)"
+        why = "global scope" if s.scope == "global" else "too large for the stack"
+        self.emit(d, f"{elem}* {name} = ({elem}*)aligned_alloc(64, {bytes_expr});  // {why}")
+        self.heap_buffers[-1].append(name)
+
+    # ----------------------------------------------------------------- function
+    def param(self, p: E.Var) -> str:
+        t = p.type
+        if isinstance(t, (TensorType, PointerType)):
+            const = "" if p in self.written else "const "
+            return f"{const}{c_type(t, self.where)} __restrict__ {c_name(p.name)}"
+        return f"{c_type(t, self.where)} {c_name(p.name)}"
+
+    def function(self) -> str:
+        if self.fn.kind == "cuda_kernel":
+            raise CodegenError(f"{self.where} is a CUDA kernel; the C backend builds CPU kernels and host code")
+        doc = self.fn.attr("doc")
+        if doc:
+            self.lines += ["/*", *(f" * {l}".rstrip() for l in doc.splitlines()), " */"]
+        params = ", ".join(self.param(p) for p in self.fn.params) or "void"
+        self.emit(0, f"void {c_name(self.fn.name)}({params}) {{")
+        self.block(self.fn.body, 1)
+        self.emit(0, "}")
+        return "\n".join(self.lines)
+
+
+def codegen_c(module: S.Module, target: CpuTarget) -> str:
+    """The C translation unit for a lowered module, for ``target``'s ISA."""
+    parts = [f"// Generated by taskloom for {target.name} ({target.key()}).", PRELUDE]
+    parts += [_FunctionCodegen(f, target).function() for f in module.functions]
+    parts.append("void taskloom_set_num_threads(int n) { omp_set_num_threads(n > 0 ? n : 1); }\n"
+                 "int taskloom_get_num_threads(void) { return omp_get_max_threads(); }")
+    return "\n\n".join(parts) + "\n"

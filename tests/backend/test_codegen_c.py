@@ -1,0 +1,220 @@
+"""C code generation, checked numerically through gcc on both vector ISAs."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import taskloom
+from taskloom.backend.codegen_c import codegen_c
+from taskloom.errors import CodegenError
+from taskloom.ir import (Function, Module, Var, cdiv, f16, f32, i32, vec, var)
+from taskloom.ir import stmt as S
+from taskloom.script import kernel
+from taskloom.target import get_target, host_target
+
+HOST = host_target()
+TARGETS = ["cpu -isa=avx2"] + (["cpu -isa=avx512"] if HOST.has("avx512f") else [])
+
+
+def make_vector_axpy(target):
+    lanes = target.vector_lanes(f32)
+    V = vec(f32, lanes)
+
+    @kernel
+    def axpy(N: i32, x: f32[N], y: f32[N], out: f32[N]):
+        "out = 2 * x + y, one vector at a time, the tail masked"
+        for c in range(cdiv(N, lanes)):
+            n = min(N - c * lanes, lanes)
+            "lanes past the end are masked off"
+            xv = vload(x[c * lanes], lanes, n)
+            yv = vload(y[c * lanes], lanes, n)
+            vstore(out[c * lanes], fma(broadcast(2.0, lanes), xv, yv), n)
+    return axpy
+
+
+@pytest.mark.parametrize("spec", TARGETS)
+@pytest.mark.parametrize("n", [1, 7, 8, 16, 17, 100])
+def test_masked_vector_tails(spec, n):
+    target = get_target(spec)
+    mod = taskloom.build(make_vector_axpy(target), target)
+    rng = np.random.default_rng(n)
+    x, y = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
+    out = np.full(n + 16, 123.0, dtype=np.float32)  # the kernel must not write past out[n-1]
+    mod["axpy"](x, y, out[:n])
+    np.testing.assert_allclose(out[:n], 2 * x + y, rtol=1e-6)
+    assert np.all(out[n:] == 123.0)
+
+
+def make_row_softmax_parts(target):
+    lanes = target.vector_lanes(f32)
+
+    @kernel
+    def row_stats(R: i32, C: i32, x: f32[R, C], mx: f32[R], sumexp: f32[R]):
+        for r in parallel(R):
+            m: f32 = -inf
+            for c in range(C):
+                m = max(m, x[r, c])
+            acc: vec(f32, lanes) = broadcast(0.0, lanes)
+            for c in range(cdiv(C, lanes)):
+                n = min(C - c * lanes, lanes)
+                e = exp(vload(x[r, c * lanes], lanes, n) - broadcast(m, lanes))
+                "masked-off lanes load 0 and add exp(-m) each: subtracted below"
+                acc = acc + e
+            mx[r] = m
+            sumexp[r] = reduce_add(acc) - cast(cdiv(C, lanes) * lanes - C, f32) * exp(0.0 - m)
+    return row_stats
+
+
+@pytest.mark.parametrize("spec", TARGETS)
+def test_vector_exp_and_reduction(spec):
+    target = get_target(spec)
+    mod = taskloom.build(make_row_softmax_parts(target), target)
+    x = np.random.default_rng(0).uniform(-20, 20, size=(5, 37)).astype(np.float32)
+    mx, se = np.empty(5, np.float32), np.empty(5, np.float32)
+    mod["row_stats"](x, mx, se)
+    np.testing.assert_array_equal(mx, x.max(axis=1))
+    np.testing.assert_allclose(se, np.exp(x - x.max(axis=1, keepdims=True)).sum(axis=1), rtol=2e-5)
+
+
+@kernel
+def scalar_math(N: i32, x: f32[N], out: f32[12, N]):
+    for i in range(N):
+        v = x[i]
+        out[0, i] = exp(v)
+        out[1, i] = log(abs(v) + 1.0)
+        out[2, i] = sqrt(abs(v))
+        out[3, i] = rsqrt(abs(v) + 1.0)
+        out[4, i] = tanh(v)
+        out[5, i] = erf(v)
+        out[6, i] = sigmoid(v)
+        out[7, i] = floor(v)
+        out[8, i] = pow(abs(v), 1.5)
+        out[9, i] = fma(v, v, 1.0)
+        out[10, i] = min(v, 0.5) + max(v, -0.5)
+        out[11, i] = select(v < 0.0, -v, v * 2.0)
+
+
+def test_scalar_math_matches_numpy():
+    from math import erf as math_erf
+    x = np.linspace(-3, 3, 41, dtype=np.float32)
+    out = np.empty((12, x.size), np.float32)
+    taskloom.build(scalar_math)["scalar_math"](x, out)
+    a = np.abs(x)
+    want = [np.exp(x), np.log(a + 1), np.sqrt(a), 1 / np.sqrt(a + 1), np.tanh(x),
+            np.array([math_erf(v) for v in x]), 1 / (1 + np.exp(-x)), np.floor(x), a ** 1.5,
+            x * x + 1, np.minimum(x, 0.5) + np.maximum(x, -0.5), np.where(x < 0, -x, 2 * x)]
+    for k, w in enumerate(want):
+        np.testing.assert_allclose(out[k], w.astype(np.float32), rtol=2e-6, atol=1e-6, err_msg=f"row {k}")
+
+
+@kernel
+def int_ops(N: i32, a: i32[N], b: i32[N], out: i32[7, N]):
+    for i in range(N):
+        out[0, i] = a[i] // b[i]
+        out[1, i] = a[i] % b[i]
+        out[2, i] = a[i] & b[i]
+        out[3, i] = a[i] | b[i]
+        out[4, i] = a[i] ^ b[i]
+        out[5, i] = (a[i] << 2) >> 1
+        out[6, i] = select(a[i] < b[i] and not a[i] == 0, 1, 0)
+
+
+def test_integer_ops_follow_c_semantics():
+    a = np.array([7, -7, 7, -7, 0, 13], np.int32)
+    b = np.array([2, 2, -2, -2, 3, 5], np.int32)
+    out = np.empty((7, a.size), np.int32)
+    taskloom.build(int_ops)["int_ops"](a, b, out)
+    trunc_div = np.trunc(a / b).astype(np.int32)
+    np.testing.assert_array_equal(out[0], trunc_div)
+    np.testing.assert_array_equal(out[1], a - b * trunc_div)
+    np.testing.assert_array_equal(out[2:5], [a & b, a | b, a ^ b])
+    np.testing.assert_array_equal(out[5], (a << 2) >> 1)
+    np.testing.assert_array_equal(out[6], ((a < b) & (a != 0)).astype(np.int32))
+
+
+@kernel
+def low_precision(N: i32, h: f16[N], x: f32[N], out: f32[2, N], hout: f16[N]):
+    for i in range(N):
+        out[0, i] = cast(h[i], f32) * 2.0
+        out[1, i] = cast(cast(x[i], bf16) + cast(1.0, bf16), f32)
+        hout[i] = h[i] * f16(0.5)
+
+
+def _bf16_round(x: np.ndarray) -> np.ndarray:
+    bits = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16
+    return bits.astype(np.uint32).view(np.float32)
+
+
+def test_float16_and_bfloat16():
+    x = np.random.default_rng(1).standard_normal(33).astype(np.float32)
+    h = x.astype(np.float16)
+    out, hout = np.empty((2, 33), np.float32), np.empty(33, np.float16)
+    taskloom.build(low_precision)["low_precision"](h, x, out, hout)
+    np.testing.assert_array_equal(out[0], h.astype(np.float32) * 2)
+    np.testing.assert_array_equal(out[1], _bf16_round(_bf16_round(x) + 1.0))
+    np.testing.assert_array_equal(hout, h * np.float16(0.5))
+
+
+def test_c_keywords_are_renamed_and_names_are_kept():
+    double, char = Var("double", f32[4]), var("char")
+    fn = Function("keywords", (double,),
+                  S.For(char, taskloom.ir.const(4), S.store(double[char], taskloom.ir.cast(char, f32))))
+    mod = taskloom.build(fn)
+    a = np.zeros(4, np.float32)
+    mod["keywords"](a)
+    np.testing.assert_array_equal(a, [0, 1, 2, 3])
+    src = open(mod.source_path).read()
+    assert "double_[char_]" in src and "void keywords(float* __restrict__ double_)" in src
+
+
+@kernel
+def big_local(N: i32, x: f32[N], out: f32[N]):
+    tmp = local_tensor(f32, [100000])
+    for i in range(N):
+        tmp[i] = x[i] + 1.0
+    for i in range(N):
+        out[i] = tmp[N - 1 - i]
+
+
+def test_large_local_buffer_lives_on_the_heap_and_is_freed():
+    mod = taskloom.build(big_local)
+    x = np.arange(10, dtype=np.float32)
+    out = np.empty_like(x)
+    mod["big_local"](x, out)
+    np.testing.assert_array_equal(out, x[::-1] + 1)
+    src = open(mod.source_path).read()
+    assert "aligned_alloc" in src and "free(tmp);" in src
+
+
+def test_readable_source_keeps_names_docstring_and_comments():
+    target = get_target("cpu -isa=avx2")
+    mod = taskloom.build(make_vector_axpy(target), target)
+    src = open(mod.source_path).read()
+    assert "void axpy(int32_t N, const float* __restrict__ x, const float* __restrict__ y, " \
+           "float* __restrict__ out)" in src
+    assert "/*\n * out = 2 * x + y, one vector at a time, the tail masked\n */\nvoid axpy" in src
+    assert "// lanes past the end are masked off" in src
+    assert "_mm256_maskload_ps" in src and "_mm512" not in src.split("void axpy")[1]
+
+
+def test_vector_wider_than_the_target_is_a_clear_error():
+    avx2 = get_target("cpu -isa=avx2")
+    wide = make_vector_axpy(get_target("cpu -isa=avx512")) if HOST.has("avx512f") else None
+    if wide is None:
+        pytest.skip("needs a 16-lane kernel; built only where AVX-512 exists")
+    with pytest.raises(CodegenError, match=r"f32x16.*avx512f.*vector_lanes"):
+        taskloom.build(wide, avx2)
+
+
+def test_cuda_kernel_and_unlowered_ir_are_rejected():
+    A = Var("A", f32[4, 4])
+    i = var("i")
+    fn = Function("k", (A,), S.For(i, taskloom.ir.const(4), S.store(A[i, i], 1.0)), kind="cuda_kernel")
+    with pytest.raises(CodegenError, match="CUDA kernel"):
+        codegen_c(Module((fn,)), HOST)
+    cpu = Function("k", (A,), fn.body)
+    with pytest.raises(CodegenError, match="not flattened"):
+        codegen_c(Module((cpu,)), HOST)

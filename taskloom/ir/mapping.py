@@ -81,7 +81,10 @@ def _unravel(w: Any, shape: tuple[Dim, ...], ranks: tuple[int, ...]) -> tuple[An
     stride: Any = 1
     for axis in reversed(_axis_order(ranks)):
         d = shape[axis]
-        task[axis] = (w // stride) % d if not (isinstance(stride, int) and stride == 1) else w % d
+        if isinstance(d, int) and d == 1:
+            task[axis] = 0  # a unit axis: no index arithmetic at all
+        else:
+            task[axis] = (w // stride) % d if not (isinstance(stride, int) and stride == 1) else w % d
         stride = stride * d
     return tuple(task)
 

@@ -151,7 +151,11 @@ class _StmtPrinter:
                 self.line(d, "else:")
                 self.body(e, d + 1)
         elif isinstance(s, S.Let):
-            self.line(d, f"{s.var.name} = {expr_text(s.value)}")
+            value = expr_text(s.value)
+            if isinstance(s.value, E.Constant) and "(" not in value:
+                # `n = 4` would read back as a parse-time Python constant; `i32(4)` stays a Let
+                value = f"{type_text(s.value.type)}({value})"
+            self.line(d, f"{s.var.name} = {value}")
         elif isinstance(s, S.Declare):
             t = s.var.type
             if isinstance(t, TensorType):

@@ -220,10 +220,10 @@ class _Parser:
                             f"so it cannot be assigned; copy it into a mutable variable instead, e.g. "
                             f"`{name}_: {var_.type!r} = {name}`")
             return [S.Assign(var_, self.convert(value, var_.type, name))]
-        if not isinstance(value, (E.Expr, bool, int, float)) or (not isinstance(value, E.Expr) and b is None
-                                                                  and not self._assigned_later(name)
-                                                                  and False):
-            # a parse-time Python value (a mapping, a tuple, a helper result)
+        if not isinstance(value, E.Expr) and (not isinstance(value, (bool, int, float))
+                                              or b is None and not self._assigned_later(name)):
+            # a parse-time Python value (a number, a mapping, a tuple, a helper result):
+            # `n = 4` stays the Python int 4, so register_tensor(f32, [n]) has a static shape
             self.scopes[-1][name] = _Binding(value)
             return []
         e = E.as_expr(value)
@@ -350,8 +350,9 @@ class _Parser:
     def eval(self, node: ast.expr) -> Any:
         method = getattr(self, "expr_" + type(node).__name__, None)
         if method is None:
-            raise _Fail(f"`{ast.unparse(node)}`: {type(node).__name__} expressions are not supported in a kernel")
-        return method(node)
+            raise self.error(node, f"`{ast.unparse(node)}`: {type(node).__name__} expressions are not "
+                                   "supported in a kernel")
+        return self.guard(node, lambda: method(node))  # errors point at the expression's own line
 
     def expr_Constant(self, node: ast.Constant) -> Any:
         return node.value

@@ -92,6 +92,8 @@ def _mod(a: Interval, b: Interval) -> Interval:
             return -((-lo) % m), -((-hi) % m)  # type: ignore[operator]
     # |a % b| < |b|, and the remainder has the sign of a, so it lies between a and 0
     m = None if None in b else max(abs(b[0]), abs(b[1])) - 1  # type: ignore[arg-type]
+    if m is not None and m < 0:
+        return UNKNOWN  # the divisor is 0: undefined
     lo = 0 if a[0] is not None and a[0] >= 0 else _max_bound(a[0], None if m is None else -m)
     hi = 0 if a[1] is not None and a[1] <= 0 else _min_bound(a[1], m)
     return lo, hi
@@ -178,7 +180,10 @@ class BoundAnalyzer:
         """The range ``(lo, hi)`` of an integer expression; None marks an unknown end."""
         hit = self._cache.get(e)
         if hit is None:
-            hit = self._cache[e] = self._bound(e)
+            hit = self._bound(e)
+            if hit[0] is not None and hit[1] is not None and hit[0] > hit[1]:
+                hit = UNKNOWN  # only reachable through an undefined operation
+            self._cache[e] = hit
         return hit
 
     def _bound(self, e: Expr) -> Interval:

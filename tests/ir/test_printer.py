@@ -5,11 +5,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from taskloom.ir import (Barrier, Comment, Constant, Function, Module, SeqStmt, astext, boolean,
-                         call, cast, cdiv, const, custom, eq, f16, f32, i32, i64, logical_and,
-                         logical_not, logical_or, maximum, minimum, ne, repeat, select, spatial, store,
-                         var)
-from taskloom.ir import expr as E
+from taskloom.ir import (Comment, Function, Module, SeqStmt, astext, boolean, call, cast, cdiv, const,
+                         custom, eq, f16, f32, i32, i64, logical_and, logical_not, logical_or, maximum,
+                         minimum, ne, repeat, select, spatial, store, var)
 from taskloom.script import kernel, parse_source
 
 MR, NR, LANES = 4, 16, 8

@@ -142,12 +142,14 @@ def test_tuple_targets():
         a, b = A[0], B[0]
         c, d = split(7)
         A[1], B[1] = b, a
+        A[c], B[d] = 1.0, 2.0
 
     s = body_stmts(k)
-    assert [type(x) for x in s] == [Let, Let, Let, Let, BufferStore, BufferStore]
+    # c and d hold Python numbers: they stay parse-time constants, not IR variables
+    assert [type(x) for x in s] == [Let, Let, BufferStore, BufferStore, BufferStore, BufferStore]
     assert s[0] == Let(var("a", f32), var("A", f32[4])[0])
-    assert s[2].value == const(1) and s[3].value == const(3)
-    assert s[4] == BufferStore(var("A", f32[4]), (const(1),), var("b", f32))
+    assert s[2] == BufferStore(var("A", f32[4]), (const(1),), var("b", f32))
+    assert s[4].indices == (const(1),) and s[5].indices == (const(3),)
 
 
 def test_augmented_assignment_to_scalars_and_buffer_elements():
@@ -186,8 +188,9 @@ def test_annotated_declarations_and_reassignment():
     x, n = var("x", f32), var("n", i32)
     assert s[0] == Declare(x, const(1.0)) and s[1] == Assign(x, x * 2.0)
     assert s[2] == Declare(n) and s[3] == Assign(n, const(3))
-    assert s[4] == Let(var("m"), const(5))
-    assert s[5].var.type == f32x8
+    # `m = 5` binds a parse-time constant: no statement, and B[0] = n + 5
+    assert s[4].var.type == f32x8
+    assert s[6] == BufferStore(var("B", i32[1]), (const(0),), n + 5)
 
 
 def test_compile_time_if_keeps_only_the_chosen_branch():
@@ -388,6 +391,13 @@ def test_unknown_name_in_a_nested_block():
             else:
                 A[i] = undefined_thing * 2.0  # error  # noqa: F821
     expect_error(k, "name 'undefined_thing' is not defined")
+
+
+def test_an_error_in_a_multi_line_statement_points_at_the_offending_line():
+    def k(A: f32[4]):
+        A[0] = (A[1] +
+                missing_name * 2.0)  # error  # noqa: F821
+    expect_error(k, "name 'missing_name' is not defined")
 
 
 def test_unknown_name_in_an_annotation():

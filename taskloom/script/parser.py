@@ -90,7 +90,9 @@ class _Parser:
         self.lines = lines
         self.line_offset = line_offset
         self.scopes: list[dict[str, _Binding]] = []
-        self.pending_later: list[list[ast.stmt]] = []
+        # per enclosing block: the statements after the current one, and whether the block
+        # is a parse-time `if` branch (which shares its names with the block around it)
+        self.pending_later: list[tuple[list[ast.stmt], bool]] = []
 
     # ---- errors
     def error(self, node: ast.AST, message: str) -> ScriptError:
@@ -163,12 +165,12 @@ class _Parser:
             raise self.error(node, f"{type(e).__name__}: {e}") from e
 
     # ---- statements
-    def block(self, stmts: list[ast.stmt], new_scope: bool = True) -> S.Stmt:
+    def block(self, stmts: list[ast.stmt], new_scope: bool = True, transparent: bool = False) -> S.Stmt:
         if new_scope:
             self.scopes.append({})
         out: list[S.Stmt] = []
         for i, st in enumerate(stmts):
-            self.pending_later.append(stmts[i + 1:])
+            self.pending_later.append((stmts[i + 1:], transparent))
             out.extend(self.guard(st, lambda st=st: self.stmt(st)))
             self.pending_later.pop()
         if new_scope:
@@ -195,7 +197,14 @@ class _Parser:
         return []
 
     def _assigned_later(self, name: str) -> bool:
-        for st in self.pending_later[-1]:
+        """Whether ``name`` is assigned again after the current statement in the scope the
+        name would be declared in (parse-time `if` branches are part of their outer scope)."""
+        later: list[ast.stmt] = []
+        for stmts, transparent in reversed(self.pending_later):
+            later += stmts
+            if not transparent:
+                break
+        for st in later:
             for n in ast.walk(st):
                 targets = n.targets if isinstance(n, ast.Assign) else \
                     [n.target] if isinstance(n, (ast.AugAssign, ast.AnnAssign)) else []
@@ -298,7 +307,8 @@ class _Parser:
         cond = self.eval(st.test)
         if not isinstance(cond, E.Expr):  # decided at parse time
             chosen = st.body if cond else st.orelse
-            return [self.block(chosen)] if chosen else []
+            # no new scope: names bound in the chosen branch stay visible after the `if`
+            return [self.block(chosen, new_scope=False, transparent=True)] if chosen else []
         then = self.block(st.body)
         orelse = self.block(st.orelse) if st.orelse else None
         return [S.If(self.convert(cond, T.boolean, "if condition"), then, orelse)]

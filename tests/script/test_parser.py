@@ -624,3 +624,20 @@ def test_a_kernel_module_that_parses_round_trips(tmp_path):
     f = mod.fill
     assert parse_source(astext(f)) == f
     assert collect(f, ForMapping)[0].mapping == spatial(2, 2) * repeat(2, 1)
+
+
+def test_names_bound_in_a_compile_time_branch_stay_visible():
+    def make(use_bias):
+        @kernel
+        def k(A: f32[4], bias: f32[4]):
+            for i in range(4):
+                if use_bias:
+                    b = bias[i]
+                else:
+                    b = 0.0
+                A[i] = A[i] + b
+        return k
+
+    with_bias, without = make(True), make(False)
+    assert "A[i] = A[i] + b" in astext(with_bias) and "b = bias[i]" in astext(with_bias)
+    assert "A[i] = A[i] + 0.0" in astext(without)

@@ -130,7 +130,7 @@ def recombine_div_mod(form: Linear, simplify: Callable[[Expr], Expr]) -> bool:
         outer = _div_mod_parts(t, "mod")
         inner, d = (outer[0], outer[1]) if outer and _div_mod_parts(outer[0], "div") else (t, None)
         parts = _div_mod_parts(inner, "div")
-        if parts is None or kt % parts[1] != 0:
+        if parts is None or kt % parts[1] != 0 or (d is not None and parts[1] * d > form.dtype.max_value()):
             continue
         x, c = parts
         k = kt // c
@@ -147,7 +147,7 @@ def recombine_div_mod(form: Linear, simplify: Callable[[Expr], Expr]) -> bool:
         xs = linear_form(x)
         if xs.terms and all(form.terms.get(u, 0) == -ku * k for u, ku in xs.terms.items()):
             form.add_term(t, -kt)
-            form.add(xs, k)  # removes -k * x; x's constant, times k, is left in the form's constant
+            form.add(xs, k)  # cancels the terms of -k * x, and adds k times x's constant
             form.add_term(rem, -k)
             return True
     return False

@@ -134,7 +134,7 @@ Builder = Callable[[Match], "Expr | None"]
 Condition = Callable[[Match], bool]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Rule:
     """``patterns -> build(match)`` where ``when(match)`` holds. ``build`` may return None
     to decline (when what it computes shows there is nothing to gain)."""
@@ -143,6 +143,9 @@ class Rule:
     patterns: tuple[Expr, ...]
     build: Builder
     when: Condition | None = None
+
+    def __repr__(self) -> str:
+        return f"<rule {self.name}>"
 
     def apply(self, e: Expr, ctx: Context) -> Expr | None:
         for p in self.patterns:

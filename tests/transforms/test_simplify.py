@@ -2,6 +2,8 @@
 random integer expressions keep their value (under C semantics) at every point in range."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -213,6 +215,9 @@ def test_split_of_sums():
     assert s((i * 4 + j) // 4, i=(0, 7)) == (i * 4 + j) // 4
     assert s((i * 4 + j) % 4, i=(0, 7), j=(-3, 3)) == (i * 4 + j) % 4
     assert s((i * 4 - 1) // 4, i=(0, 7)) == (i * 4 - 1) // 4   # i = 0 gives -1 // 4 == 0
+    # an exact division needs no bounds
+    assert str(s(((i + 1) * 4) // 4)) == "i + 1"
+    assert s((i * 8 + j * 4 - 12) % 4) == const(0)
 
 
 def test_nested_division_and_multiples():
@@ -223,6 +228,7 @@ def test_nested_division_and_multiples():
     assert str(s(i % 32 % 8)) == "i % 8"
     assert str(s(i % 8 % 32, i=(0, 100))) == "i % 8"
     assert s(i // 4 // -2) == i // 4 // -2
+    assert s(i // 65536 // 65536) == i // 65536 // 65536        # 2**32 is no int32 constant
 
 
 def test_div_mod_recombination():
@@ -309,6 +315,24 @@ def test_loop_bounds_reach_the_body():
     # a symbolic extent still gives i >= 0 and i < n
     loop = S.For(i, n, S.If(i < n, store(A[(i * 4 + 3) // 4], 1)))
     assert simplify_stmt(loop) == S.For(i, n, store(A[i], 1))
+
+
+def test_a_loop_variable_stays_below_an_extent_that_does_not_change():
+    body = S.If(i < n, store(A[i], 1))
+    assert simplify_stmt(S.For(i, n, body)) == S.For(i, n, store(A[i], 1))
+    m = Var("m", i32)
+    changing = S.For(i, m, S.seq([S.Assign(m, m - 1), S.If(i < m, store(A[i], 1))]))
+    assert simplify_stmt(S.seq([S.Declare(m, n), changing])) == S.seq([S.Declare(m, n), changing])
+
+
+def test_a_loop_that_assigns_its_variable_is_left_alone():
+    prog = S.For(i, const(1), S.seq([S.Assign(i, i + 8), store(A[i % 8], 1)]))
+    assert simplify_stmt(prog) == prog
+
+
+def test_bad_arguments_are_reported():
+    with pytest.raises(TransformError, match="simplify_stmt"):
+        simplify(store(A[i], 1))  # type: ignore[arg-type]
 
 
 def test_bounds_argument_and_let_bounds():
@@ -399,9 +423,20 @@ def test_lowered_function_simplifies_end_to_end():
 
 VARS = [var("a"), var("b"), var("c")]
 CMP = ["lt", "le", "eq", "ne"]
+MAX_EXAMPLES = int(os.environ.get("TASKLOOM_HYPOTHESIS_EXAMPLES", 250))
+
+
+def _conditions(sub: st.SearchStrategy[Expr]) -> st.SearchStrategy[Expr]:
+    compare = st.builds(Binary, st.sampled_from(CMP), sub, sub)
+    atom = st.one_of(compare, compare, st.sampled_from([TRUE, FALSE]))
+    return st.one_of(atom, st.builds(lambda a: Unary("not", a), atom),
+                     st.builds(Binary, st.sampled_from(["and", "or"]), atom, atom),
+                     st.builds(lambda a: Unary("not", Unary("not", a)), atom))
 
 
 def _exprs() -> st.SearchStrategy[Expr]:
+    """Integer expressions of every operation the simplifier knows, divisors included that
+    may be zero at some points (those points are skipped)."""
     leaf = st.one_of(st.sampled_from(VARS), st.integers(-3, 12).map(const))
 
     def extend(sub: st.SearchStrategy[Expr]) -> st.SearchStrategy[Expr]:
@@ -409,19 +444,36 @@ def _exprs() -> st.SearchStrategy[Expr]:
         by_const = st.builds(lambda op, a, d: Binary(op, a, const(d)), st.sampled_from(["div", "mod"]),
                              sub, st.integers(1, 12))
         by_expr = st.builds(Binary, st.sampled_from(["div", "mod"]), sub, sub)
-        chosen = st.builds(lambda op, a, b, t, f: Select(Binary(op, a, b), t, f),
-                           st.sampled_from(CMP), sub, sub, sub, sub)
+        chosen = st.builds(Select, _conditions(sub), sub, sub)
         return st.one_of(arith, by_const, by_const, by_expr, chosen)
 
     return st.recursive(leaf, extend, max_leaves=12)
 
 
-@settings(max_examples=int(__import__("os").environ.get("HYP_N", 300)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data(), e=_exprs())
-def test_simplification_keeps_the_value(data, e):
+def _index_exprs() -> st.SearchStrategy[Expr]:
+    """Index arithmetic as lowering writes it: scaled sums, divisions and remainders by
+    small constants, and the ``x // d * d + x % d`` shapes that unravelling produces."""
+    leaf = st.one_of(st.sampled_from(VARS), st.integers(0, 8).map(const))
+    d = st.integers(1, 8)
+
+    def extend(sub: st.SearchStrategy[Expr]) -> st.SearchStrategy[Expr]:
+        return st.one_of(
+            st.builds(Binary, st.just("add"), sub, sub),
+            st.builds(lambda a, k: a * k, sub, d),
+            st.builds(lambda op, a, k: Binary(op, a, const(k)), st.sampled_from(["div", "mod"]), sub, d),
+            st.builds(lambda a, k: a // k * k + a % k, sub, d),
+            st.builds(lambda a, k, m: a // k % m * k + a % k, sub, d, d),
+            st.builds(lambda a, k: a - a // k * k, sub, d),
+            st.builds(lambda op, a, b, k: Binary(op, a * k + b, const(k)), st.sampled_from(["div", "mod"]),
+                      sub, sub, d))
+
+    return st.recursive(leaf, extend, max_leaves=8)
+
+
+def _check_same_values(data: st.DataObject, e: Expr, lowest: int) -> None:
     ranges = {}
     for v in VARS:
-        lo = data.draw(st.integers(-6, 8), label=f"lo {v.name}")
+        lo = data.draw(st.integers(lowest, 8), label=f"lo {v.name}")
         ranges[v] = (lo, lo + data.draw(st.integers(0, 40), label=f"width {v.name}"))
     out = simplify_expr(e, ranges)
     points = [{v: lo for v, (lo, _) in ranges.items()}, {v: hi for v, (_, hi) in ranges.items()}]
@@ -433,3 +485,15 @@ def test_simplification_keeps_the_value(data, e):
             continue
         assert evaluate(out, env) == want, f"{e}  ->  {out}  at {env}"
     assert simplify_expr(out, ranges) == out  # a fixpoint
+
+
+@settings(max_examples=MAX_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), e=_exprs())
+def test_simplification_keeps_the_value(data, e):
+    _check_same_values(data, e, lowest=-6)
+
+
+@settings(max_examples=MAX_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), e=_index_exprs())
+def test_simplification_keeps_the_value_of_index_arithmetic(data, e):
+    _check_same_values(data, e, lowest=-2)

@@ -68,30 +68,17 @@ static inline __m256i tl_mask8(int32_t n) {
 static inline __m128i tl_mask4(int32_t n) {
   return _mm_cmpgt_epi32(_mm_set1_epi32(n), _mm_setr_epi32(0, 1, 2, 3));
 }
-static inline float tl_reduce_add_f32x4(__m128 v) {
-  v = _mm_add_ps(v, _mm_movehl_ps(v, v));
-  v = _mm_add_ss(v, _mm_shuffle_ps(v, v, 1));
-  return _mm_cvtss_f32(v);
-}
-static inline float tl_reduce_max_f32x4(__m128 v) {
-  v = _mm_max_ps(v, _mm_movehl_ps(v, v));
-  v = _mm_max_ss(v, _mm_shuffle_ps(v, v, 1));
-  return _mm_cvtss_f32(v);
-}
-static inline float tl_reduce_min_f32x4(__m128 v) {
-  v = _mm_min_ps(v, _mm_movehl_ps(v, v));
-  v = _mm_min_ss(v, _mm_shuffle_ps(v, v, 1));
-  return _mm_cvtss_f32(v);
-}
-static inline float tl_reduce_add_f32x8(__m256 v) {
-  return tl_reduce_add_f32x4(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)));
-}
-static inline float tl_reduce_max_f32x8(__m256 v) {
-  return tl_reduce_max_f32x4(_mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)));
-}
-static inline float tl_reduce_min_f32x8(__m256 v) {
-  return tl_reduce_min_f32x4(_mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)));
-}
+/* Horizontal reductions: halve the vector with OP until one lane is left. */
+#define TL_REDUCE(NAME, OP) \
+  static inline float tl_reduce_##NAME##_f32x4(__m128 v) { \
+    v = _mm_##OP##_ps(v, _mm_movehl_ps(v, v)); \
+    v = _mm_##OP##_ss(v, _mm_shuffle_ps(v, v, 1)); \
+    return _mm_cvtss_f32(v); \
+  } \
+  static inline float tl_reduce_##NAME##_f32x8(__m256 v) { \
+    return tl_reduce_##NAME##_f32x4(_mm_##OP##_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1))); \
+  }
+TL_REDUCE(add, add) TL_REDUCE(max, max) TL_REDUCE(min, min)
 static inline __m256 tl_abs_f32x8(__m256 v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v); }
 static inline __m128 tl_abs_f32x4(__m128 v) { return _mm_andnot_ps(_mm_set1_ps(-0.0f), v); }
 static inline __m256 tl_exp_f32x8(__m256 x) {

@@ -55,23 +55,14 @@ def primitive_names() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def _float_same(name: str):
-    """Every argument has one float scalar or vector type, which is the result type."""
+def _same_type(name: str, float_only: bool):
+    """Every argument has the first argument's type, which is the result type; with
+    ``float_only`` that type must be a float scalar or vector."""
     def rule(args: tuple["Expr", ...]) -> Type:
         t = args[0].type
         base = t.base if isinstance(t, VectorType) else t
-        if not (isinstance(base, DataType) and base.is_float()):
+        if float_only and not (isinstance(base, DataType) and base.is_float()):
             raise IRError(f"{name}() needs float arguments, got {t!r}")
-        for a in args[1:]:
-            if a.type != t:
-                raise IRError(f"{name}() arguments have types {t!r} and {a.type!r}; they must match")
-        return t
-    return rule
-
-
-def _numeric_same(name: str):
-    def rule(args: tuple["Expr", ...]) -> Type:
-        t = args[0].type
         for a in args[1:]:
             if a.type != t:
                 raise IRError(f"{name}() arguments have types {t!r} and {a.type!r}; they must match")
@@ -89,9 +80,9 @@ def _vector_reduce(name: str):
 
 
 for _n in ("exp", "log", "sqrt", "rsqrt", "tanh", "erf", "floor", "ceil", "sin", "cos", "sigmoid"):
-    register_primitive(Primitive(_n, 1, _float_same(_n), f"elementwise {_n}"))
-register_primitive(Primitive("abs", 1, _numeric_same("abs"), "absolute value"))
-register_primitive(Primitive("pow", 2, _float_same("pow"), "a to the power b"))
-register_primitive(Primitive("fma", 3, _float_same("fma"), "a * b + c, fused (one rounding)"))
+    register_primitive(Primitive(_n, 1, _same_type(_n, True), f"elementwise {_n}"))
+register_primitive(Primitive("abs", 1, _same_type("abs", False), "absolute value"))
+register_primitive(Primitive("pow", 2, _same_type("pow", True), "a to the power b"))
+register_primitive(Primitive("fma", 3, _same_type("fma", True), "a * b + c, fused (one rounding)"))
 for _n in ("reduce_add", "reduce_max", "reduce_min"):
     register_primitive(Primitive(_n, 1, _vector_reduce(_n), "horizontal reduction of a vector"))

@@ -218,3 +218,25 @@ def test_cuda_kernel_and_unlowered_ir_are_rejected():
     cpu = Function("k", (A,), fn.body)
     with pytest.raises(CodegenError, match="not flattened"):
         codegen_c(Module((cpu,)), HOST)
+
+
+def make_reductions(target):
+    lanes = target.vector_lanes(f32)
+
+    @kernel
+    def reductions(x: f32[lanes], out: f32[3]):
+        v = vload(x[0], lanes)
+        out[0] = reduce_add(v)
+        out[1] = reduce_max(v)
+        out[2] = reduce_min(abs(v))
+    return reductions
+
+
+@pytest.mark.parametrize("spec", TARGETS)
+def test_vector_reductions(spec):
+    target = get_target(spec)
+    lanes = target.vector_lanes(f32)
+    x = np.random.default_rng(3).standard_normal(lanes).astype(np.float32)
+    out = np.empty(3, np.float32)
+    taskloom.build(make_reductions(target), target)["reductions"](x, out)
+    np.testing.assert_allclose(out, [x.sum(), x.max(), np.abs(x).min()], rtol=1e-6)

@@ -1,10 +1,10 @@
 """A tiled fp32 matmul written in the kernel script, checked against numpy and timed.
 
-The schedule lives in the program: ``spatial(P, 1) * repeat(R, NT, ranks=[1, 0])`` hands
-each of the P cores a contiguous band of row tiles and walks its tiles column by column,
-so one KC x NR panel of B stays in L1 while the band's rows stream past it. Each tile is
-an MR x NR register block accumulated with vector FMAs; edges are masked, so any M, N, K
-works with no padding.
+The schedule lives in the program: ``spatial(P) * repeat(R)`` hands each of the P cores
+a contiguous band of R row tiles. For each KC x NR panel of B (packed into a contiguous
+buffer that stays in L1), the band's tiles stream past it; each tile is an MR x NR block
+of vector registers accumulated with FMAs. Edges are masked, so any M, N, K works with no
+padding, and one build serves every shape.
 
     python examples/matmul_tiled.py [M N K] [--isa avx2]
 """
@@ -22,15 +22,17 @@ from taskloom.script import kernel
 from taskloom.target import CpuTarget, get_target
 
 
-def make_matmul(target: CpuTarget):
-    """The matmul kernel, with its tile sizes read off ``target``."""
+def make_matmul(target: CpuTarget, mr: int | None = None, kc: int | None = None):
+    """The matmul kernel, with its tile sizes read off ``target`` (``mr`` rows per register
+    tile and ``kc`` as the K block override them)."""
     P = target.num_cores
     lanes = target.vector_lanes(f32)            # 16 with AVX-512, 8 with AVX2
     NV = 2                                      # vectors per tile row: NR = 2 * lanes columns
     NR = NV * lanes
     # accumulators + NV loads of B + one broadcast of A must fit the vector register file
-    MR = min(8, (target.num_vector_registers - NV - 1) // NV)
-    KC = max(64, target.l1d_bytes // 2 // (NR * 4))  # a KC x NR panel of B fills half of L1
+    MR = mr or min(8, (target.num_vector_registers - NV - 1) // NV)
+    # a KC x NR panel of B fills two thirds of L1, leaving room for the rows of A
+    KC = kc or min(512, max(64, 2 * target.l1d_bytes // 3 // (NR * 4)))
     fvec = vec(f32, lanes)
 
     @kernel
@@ -38,31 +40,37 @@ def make_matmul(target: CpuTarget):
         """C = A @ B, fp32, row-major."""
         MT = cdiv(M, MR)
         for w in parallel(P):
+            panel = local_tensor(f32, [KC, NR])
             for kb in range(cdiv(K, KC)):
                 k0 = kb * KC
                 kn = min(K - k0, KC)
-                for ti, tj in (spatial(P, 1) * repeat(cdiv(MT, P), cdiv(N, NR), ranks=[1, 0])).on(w):
-                    if ti < MT:
-                        acc = register_tensor(fvec, [MR, NV])
-                        for i, v in repeat(MR, NV).on(0):
+                for tj in range(cdiv(N, NR)):
+                    "pack the KC x NR panel of B contiguously: rows of B a power of two apart would share L1 sets"
+                    for k in range(kn):
+                        for v in unroll(NV):
                             cols = max(min(N - tj * NR - v * lanes, lanes), 0)
-                            row = min(ti * MR + i, M - 1)
-                            if kb == 0:
-                                acc[i, v] = broadcast(0.0, lanes)
-                            else:
-                                acc[i, v] = vload(C[row, tj * NR + v * lanes], lanes, cols)
-                        for k in range(kn):
-                            for v in unroll(NV):
+                            vstore(panel[k, v * lanes], vload(B[k0 + k, tj * NR + v * lanes], lanes, cols))
+                    for ti in (spatial(P) * repeat(cdiv(MT, P))).on(w):
+                        if ti < MT:
+                            acc = register_tensor(fvec, [MR, NV])
+                            for i, v in repeat(MR, NV).on(0):
                                 cols = max(min(N - tj * NR - v * lanes, lanes), 0)
-                                b = vload(B[k0 + k, tj * NR + v * lanes], lanes, cols)
-                                for i in unroll(MR):
-                                    "rows past M read row M-1 and are never stored"
-                                    a = A[min(ti * MR + i, M - 1), k0 + k]
-                                    acc[i, v] = fma(broadcast(a, lanes), b, acc[i, v])
-                        for i, v in repeat(MR, NV).on(0):
-                            if ti * MR + i < M:
-                                cols = max(min(N - tj * NR - v * lanes, lanes), 0)
-                                vstore(C[ti * MR + i, tj * NR + v * lanes], acc[i, v], cols)
+                                row = min(ti * MR + i, M - 1)
+                                if kb == 0:
+                                    acc[i, v] = broadcast(0.0, lanes)
+                                else:
+                                    acc[i, v] = vload(C[row, tj * NR + v * lanes], lanes, cols)
+                            for k in range(kn):
+                                for v in unroll(NV):
+                                    b = vload(panel[k, v * lanes], lanes)
+                                    for i in unroll(MR):
+                                        "rows past M read row M-1 and are never stored"
+                                        a = A[min(ti * MR + i, M - 1), k0 + k]
+                                        acc[i, v] = fma(broadcast(a, lanes), b, acc[i, v])
+                            for i, v in repeat(MR, NV).on(0):
+                                if ti * MR + i < M:
+                                    cols = max(min(N - tj * NR - v * lanes, lanes), 0)
+                                    vstore(C[ti * MR + i, tj * NR + v * lanes], acc[i, v], cols)
 
     return matmul
 

@@ -84,6 +84,13 @@ def _expr(e: E.Expr) -> tuple[str, int]:
         return f"broadcast({expr_text(e.value)}, {e.lanes})", _ATOM
     if isinstance(e, E.Call):
         return f"{e.func}({', '.join(expr_text(a) for a in e.args)})", _ATOM
+    from taskloom.ir import compute as C
+    if isinstance(e, (C.TensorInput, C.GridCompute)):
+        return e.name, _ATOM
+    if isinstance(e, C.ReduceCompute):
+        axes = ", ".join(a.name for a in e.axes)
+        shape = ", ".join(expr_text(d) for d in e.shape)
+        return f"reduce([{shape}], lambda {axes}: {expr_text(e.value)}, {e.kind!r})", _ATOM
     raise TypeError(f"the printer does not know {type(e).__name__}")
 
 

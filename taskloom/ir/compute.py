@@ -1,0 +1,301 @@
+"""Compute definitions: what an operator computes, element by element (TVM's idea).
+
+    A = tensor_input("A", f32, [M, K])
+    B = tensor_input("B", f32, [K, N])
+    C = compute("C", [M, N], lambda i, j: reduce([K], lambda k: A[i, k] * B[k, j], "sum"))
+    task = Task("matmul", [A, B], [C])
+
+A definition says nothing about loops, threads or vectors; a schedule (a template or the
+rule-based scheduler) decides those. The class of an operator -- injective, bijective,
+reduction, anchor, opaque -- is read off its definition (:func:`classify`), never declared.
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from taskloom.errors import IRError
+from taskloom.ir import dtypes as T
+from taskloom.ir import expr as E
+from taskloom.ir.dtypes import TensorType, index_type
+from taskloom.ir.functor import Rewriter, collect, substitute
+
+REDUCE_KINDS = ("sum", "max", "min", "mean", "prod", "argmax", "argmin")
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class TensorInput(E.Expr):
+    """An input tensor of a task."""
+
+    name: str
+    type: TensorType
+
+    @property
+    def shape(self) -> tuple[E.Expr, ...]:
+        return self.type.shape
+
+    @property
+    def dtype(self) -> T.DataType:
+        return self.type.dtype  # type: ignore[return-value]
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class GridCompute(E.Expr):
+    """A tensor whose element at ``axes`` is ``value`` (an expression of the axes)."""
+
+    name: str
+    shape: tuple[E.Expr, ...]
+    axes: tuple[E.Var, ...]
+    value: E.Expr
+
+    def __post_init__(self) -> None:
+        if len(self.shape) != len(self.axes):
+            raise IRError(f"compute '{self.name}': {len(self.shape)} dimensions but {len(self.axes)} axes")
+        if not isinstance(self.value.type, T.DataType):
+            raise IRError(f"compute '{self.name}': an element must be a scalar, got {self.value.type!r}")
+        object.__setattr__(self, "type", TensorType(self.value.type, self.shape))
+
+    @property
+    def dtype(self) -> T.DataType:
+        return self.value.type  # type: ignore[return-value]
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ReduceCompute(E.Expr):
+    """The reduction (``kind``) of ``value`` over the grid ``shape`` of ``axes``; a scalar."""
+
+    shape: tuple[E.Expr, ...]
+    axes: tuple[E.Var, ...]
+    value: E.Expr
+    kind: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in REDUCE_KINDS:
+            raise IRError(f"unknown reduction {self.kind!r}; expected one of {REDUCE_KINDS}")
+        if not isinstance(self.value.type, T.DataType):
+            raise IRError(f"reduce {self.kind}: the reduced value must be a scalar, got {self.value.type!r}")
+        if self.kind in ("argmax", "argmin") and len(self.axes) != 1:
+            raise IRError(f"{self.kind} reduces exactly one axis, got {len(self.axes)}")
+        t = T.int64 if self.kind in ("argmax", "argmin") else self.value.type
+        object.__setattr__(self, "type", t)
+
+
+def _axes(fn: Callable, n: int, default: str) -> tuple[E.Var, ...]:
+    """Axis variables named after ``fn``'s parameters (so generated code reads like the definition)."""
+    try:
+        names = [p.name for p in inspect.signature(fn).parameters.values()]
+    except (TypeError, ValueError):
+        names = []
+    if len(names) != n:
+        if names and not any(p.kind == p.VAR_POSITIONAL for p in inspect.signature(fn).parameters.values()):
+            raise IRError(f"the function of a {n}-D definition takes {len(names)} argument(s)")
+        names = [f"{default}{a}" for a in range(n)]
+    return tuple(E.Var(name, index_type) for name in names)
+
+
+def tensor_input(name: str, dtype: T.DataType | str, shape: Sequence[Any]) -> TensorInput:
+    """An input of ``dtype`` and ``shape`` (ints or symbolic expressions)."""
+    return TensorInput(name, T.dtype(dtype)[tuple(shape)] if shape else TensorType(T.dtype(dtype), ()))
+
+
+def compute(name: str, shape: Sequence[Any], fn: Callable[..., Any]) -> GridCompute:
+    """The tensor ``out[i, j, ...] = fn(i, j, ...)`` over ``shape``."""
+    dims = tuple(E.as_expr(d) for d in shape)
+    axes = _axes(fn, len(dims), "i")
+    value = E.as_expr(fn(*axes))
+    return GridCompute(name, dims, axes, value)
+
+
+def reduce(shape: Sequence[Any], fn: Callable[..., Any], kind: str = "sum") -> ReduceCompute:
+    """``kind`` of ``fn(k, ...)`` over the grid ``shape`` (sum, max, min, mean, prod, argmax, argmin)."""
+    dims = tuple(E.as_expr(d) for d in shape)
+    axes = _axes(fn, len(dims), "k")
+    return ReduceCompute(dims, axes, E.as_expr(fn(*axes)), kind)
+
+
+@dataclass(frozen=True)
+class Task:
+    """An operator's definition: its inputs, its outputs and attributes (e.g. ``axis``)."""
+
+    name: str
+    inputs: tuple[TensorInput, ...]
+    outputs: tuple[GridCompute, ...]
+    attrs: tuple[tuple[str, Any], ...] = ()
+
+    def __init__(self, name: str, inputs: Sequence[TensorInput], outputs: Sequence[GridCompute],
+                 attrs: dict[str, Any] | Sequence[tuple[str, Any]] = ()):
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "inputs", tuple(inputs))
+        object.__setattr__(self, "outputs", tuple(outputs))
+        items = tuple(sorted(attrs.items())) if isinstance(attrs, dict) else tuple(attrs)
+        object.__setattr__(self, "attrs", items)
+        known = set(self.inputs)
+        for node in self.computes():
+            for t in _tensors_read(node.value):
+                if isinstance(t, TensorInput) and t not in known:
+                    raise IRError(f"task '{name}': compute '{node.name}' reads '{t.name}', which is not "
+                                  "one of the task's inputs")
+
+    def attr(self, key: str, default: Any = None) -> Any:
+        return dict(self.attrs).get(key, default)
+
+    def computes(self) -> list[GridCompute]:
+        """Every compute node reachable from the outputs, producers before consumers."""
+        order: list[GridCompute] = []
+        seen: set[GridCompute] = set()
+
+        def visit(node: GridCompute) -> None:
+            if node in seen:
+                return
+            seen.add(node)
+            for t in _tensors_read(node.value):
+                if isinstance(t, GridCompute):
+                    visit(t)
+            order.append(node)
+
+        for out in self.outputs:
+            visit(out)
+        return order
+
+    def symbols(self) -> list[E.Var]:
+        """The symbolic dimensions of the inputs and outputs, in order of first appearance."""
+        out: list[E.Var] = []
+        for t in (*self.inputs, *self.outputs):
+            for d in t.type.shape:
+                for v in sorted(E.free_vars(d), key=lambda v: v.name):
+                    if v not in out:
+                        out.append(v)
+        return out
+
+
+def _tensors_read(e: E.Expr) -> list[E.Expr]:
+    return [el.tensor for el in collect(e, E.TensorElement)]  # type: ignore[attr-defined]
+
+
+# ----------------------------------------------------------------------------- classification
+
+#: Task names that have a schedule template; the schedule package registers its templates here.
+ANCHOR_TEMPLATES: set[str] = set()
+
+
+class _Inliner(Rewriter):
+    """Replaces reads of intermediate compute nodes by their definitions."""
+
+    def visit_TensorElement(self, e: E.TensorElement) -> E.Expr:
+        e = self.generic_visit(e)
+        if isinstance(e.tensor, GridCompute):
+            return self.visit(substitute(e.tensor.value, dict(zip(e.tensor.axes, e.indices))))
+        return e
+
+
+def inline(value: E.Expr) -> E.Expr:
+    """``value`` with every intermediate compute read replaced by its definition, so only
+    task inputs are read."""
+    return _Inliner().visit(value)
+
+
+def has_reduction(task: Task) -> bool:
+    return any(collect(c.value, ReduceCompute) for c in task.computes())
+
+
+def _conditional_reads(e: E.Expr, under: bool = False) -> list[tuple[E.TensorElement, bool]]:
+    """Every element read in ``e`` and whether it sits in a branch of a select."""
+    if isinstance(e, E.TensorElement):
+        return [(e, under)] + [r for i in e.indices for r in _conditional_reads(i, under)]
+    if isinstance(e, E.Select):
+        return (_conditional_reads(e.cond, under) + _conditional_reads(e.a, True)
+                + _conditional_reads(e.b, True))
+    return [r for c in e.children() if isinstance(c, E.Expr) for r in _conditional_reads(c, under)]
+
+
+def _linear(indices: Sequence[E.Expr], shape: Sequence[E.Expr]) -> E.Expr:
+    """Row-major offset of ``indices`` in ``shape``."""
+    if not indices:
+        return E.as_expr(0)
+    out = indices[0]
+    for i, d in zip(indices[1:], shape[1:]):
+        out = out * d + i
+    return out
+
+
+def _same(a: E.Expr, b: E.Expr, bounds: dict[E.Var, tuple[int | None, int | None]]) -> bool:
+    from taskloom.transforms.simplify import simplify_expr
+    return E.is_const(simplify_expr(a - b, bounds), 0)
+
+
+def inverse_map(task: Task, inp: TensorInput) -> tuple[tuple[E.Var, ...], tuple[E.Expr, ...]] | None:
+    """For a task bijective in ``inp``: variables naming an element of ``inp`` and the index of
+    the output element it feeds. None when the task is not bijective in ``inp``.
+
+    Post-scheduling fusion pushes a store through an epilogue with this map.
+    """
+    if len(task.outputs) != 1 or has_reduction(task):
+        return None
+    out = task.outputs[0]
+    value = inline(out.value)
+    reads = [(r, cond) for r, cond in _conditional_reads(value) if r.tensor == inp]
+    if len(reads) != 1 or reads[0][1]:
+        return None  # read twice, never, or only in one branch of a select
+    idx = reads[0][0].indices
+    if any(collect(i, E.TensorElement) for i in idx):
+        return None  # a data-dependent index (gather) cannot be inverted
+    in_shape, out_shape = inp.shape, out.shape
+    bounds = {a: (0, None) for a in out.axes}
+    for a, d in zip(out.axes, out_shape):
+        if isinstance(d, E.Constant):
+            bounds[a] = (0, int(d.value) - 1)
+    names = [E.Var(f"{inp.name}_{k}", index_type) for k in range(len(in_shape))]
+    # a permutation of the output axes, each over an equal extent
+    if len(idx) == len(out.axes) and all(isinstance(i, E.Var) for i in idx) and set(idx) == set(out.axes):
+        pos = {v: k for k, v in enumerate(idx)}
+        if all(_same(in_shape[pos[a]], d, {}) for a, d in zip(out.axes, out_shape)):
+            return tuple(names), tuple(names[pos[a]] for a in out.axes)
+        return None
+    # a reshape: the row-major offset of the element read equals the offset of the output element
+    if not _same(_prod(in_shape), _prod(out_shape), {}):
+        return None
+    if not _same(_linear(idx, in_shape), _linear(out.axes, out_shape), bounds):
+        return None
+    from taskloom.transforms.simplify import simplify_expr
+    in_bounds = {n: (0, int(d.value) - 1) if isinstance(d, E.Constant) else (0, None) for n, d in zip(names, in_shape)}
+    return tuple(names), tuple(simplify_expr(i, in_bounds) for i in _unravel(_linear(names, in_shape), out_shape))
+
+
+def _prod(xs: Sequence[E.Expr]) -> E.Expr:
+    out: E.Expr = E.as_expr(1)
+    for x in xs:
+        out = x if E.is_const(out, 1) else out * x
+    return out
+
+
+def _unravel(offset: E.Expr, shape: Sequence[E.Expr]) -> tuple[E.Expr, ...]:
+    """Row-major indices of ``offset`` in ``shape``; the outermost needs no modulo."""
+    out: list[E.Expr] = []
+    stride: E.Expr = E.as_expr(1)
+    for k in reversed(range(len(shape))):
+        q = offset if E.is_const(stride, 1) else offset // stride
+        out.append(q if k == 0 else q % shape[k])
+        stride = stride * shape[k]
+    return tuple(reversed(out))
+
+
+def bijective_inputs(task: Task) -> list[TensorInput]:
+    """The inputs in which ``task`` is bijective: each of their elements feeds exactly one
+    output element, through an index map that can be inverted."""
+    return [i for i in task.inputs if inverse_map(task, i) is not None]
+
+
+def classify(task: Task) -> str:
+    """The class of a task, read off its definition: 'anchor' (a template exists),
+    'reduction', 'bijective' (injective and bijective in every input), 'injective', or
+    'opaque' (no output defined by a compute)."""
+    if task.name in ANCHOR_TEMPLATES:
+        return "anchor"
+    if not task.outputs:
+        return "opaque"
+    if has_reduction(task):
+        return "reduction"
+    if task.inputs and len(bijective_inputs(task)) == len(task.inputs):
+        return "bijective"
+    return "injective"

@@ -253,8 +253,8 @@ class _FunctionCodegen:
     def block(self, s: S.Stmt, depth: int) -> None:
         self.heap_buffers.append([])
         self.stmt(s, depth)
-        for name in reversed(self.heap_buffers.pop()):
-            self.emit(depth, f"free({name});")
+        for release in reversed(self.heap_buffers.pop()):
+            self.emit(depth, release)
 
     def stmt(self, s: S.Stmt, d: int) -> None:
         if isinstance(s, S.SeqStmt):
@@ -313,10 +313,19 @@ class _FunctionCodegen:
         if s.scope != "global" and nbytes is not None and nbytes <= STACK_LIMIT:
             self.emit(d, f"{elem} {name}[{size.value}] __attribute__((aligned(64)));  // {s.scope}")  # type: ignore[attr-defined]
             return
-        bytes_expr = f"tl_round_up((size_t)({self.expr(size)}) * sizeof({elem}), 64)"
+        n = self.expr(size)
+        bytes_expr = f"tl_round_up((size_t)({n}) * sizeof({elem}), 64)"
+        if s.scope != "global" and nbytes is None:
+            # a symbolic size: a stack array when small (no allocator call per loop
+            # iteration), the heap when large (thread stacks are small)
+            limit = STACK_LIMIT // t.dtype.nbytes
+            self.emit(d, f"{elem} {name}_stack[({n}) <= {limit} ? ({n}) : 1] __attribute__((aligned(64)));")
+            self.emit(d, f"{elem}* {name} = ({n}) <= {limit} ? {name}_stack : ({elem}*)aligned_alloc(64, {bytes_expr});")
+            self.heap_buffers[-1].append(f"if ({name} != {name}_stack) free({name});")
+            return
         why = "global scope" if s.scope == "global" else "too large for the stack"
         self.emit(d, f"{elem}* {name} = ({elem}*)aligned_alloc(64, {bytes_expr});  // {why}")
-        self.heap_buffers[-1].append(name)
+        self.heap_buffers[-1].append(f"free({name});")
 
     # ----------------------------------------------------------------- function
     def param(self, p: E.Var) -> str:

@@ -30,6 +30,7 @@ class TensorInput(E.Expr):
 
     name: str
     type: TensorType
+    is_tensor_ref = True
 
     @property
     def shape(self) -> tuple[E.Expr, ...]:
@@ -48,6 +49,7 @@ class GridCompute(E.Expr):
     shape: tuple[E.Expr, ...]
     axes: tuple[E.Var, ...]
     value: E.Expr
+    is_tensor_ref = True
 
     def __post_init__(self) -> None:
         if len(self.shape) != len(self.axes):

@@ -54,6 +54,8 @@ class Rewriter:
         return value
 
     def generic_visit(self, node: Node) -> Any:
+        if node.is_tensor_ref:
+            return node
         changes = {}
         for f in dataclasses.fields(node):  # type: ignore[arg-type]
             old = getattr(node, f.name)

@@ -38,8 +38,14 @@ class Node:
         # the cached hash is not pickled: string hashes differ from one process to the next
         return {k: v for k, v in self.__dict__.items() if k != "_hash"}
 
+    #: A node that names a tensor defined elsewhere (a task input or a compute node) is a
+    #: leaf for traversal: walking an expression never enters another tensor's definition.
+    is_tensor_ref = False
+
     def children(self) -> Iterator["Node"]:
         """The direct child nodes, in field order (tuples are walked one level deep)."""
+        if self.is_tensor_ref:
+            return
         for value in self._fields():
             if isinstance(value, Node):
                 yield value

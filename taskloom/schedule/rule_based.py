@@ -1,0 +1,354 @@
+"""The rule-based scheduler: any task (a DAG of compute and reduce nodes) becomes a CPU
+tensor program, with no schedule written for any operator (Hidet, section 5.1.3).
+
+The rules:
+- Outputs and nodes holding a reduction are materialized; every other node is inlined
+  into its readers.
+- When all materialized nodes share leading axes and read each other only at those axes
+  (softmax, layer_norm: row by row), one parallel loop runs over the shared axes and the
+  nodes run one after another inside it, their intermediates in small per-row buffers
+  that stay in cache. Otherwise each node gets its own parallel loop nest.
+- An injective node with nothing to share is split into blocks of its last axis, so even
+  a 1-D tensor spreads over every core.
+- The innermost axis of a node is vectorized (full vectors, then one masked tail) when its
+  expression allows (see :mod:`taskloom.schedule.vectorize`); otherwise it is a scalar
+  loop with a simd hint.
+- A reduction that does not depend on the innermost output axis is computed once before
+  that loop; its own innermost axis is accumulated in vector registers when contiguous,
+  then reduced horizontally, with a scalar tail.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from taskloom.errors import TransformError
+from taskloom.ir import expr as E
+from taskloom.ir import stmt as S
+from taskloom.ir.compute import GridCompute, ReduceCompute, Task, TensorInput
+from taskloom.ir.dtypes import DataType, TensorType, float32, index_type
+from taskloom.ir.functor import Rewriter, collect, substitute
+from taskloom.schedule.vectorize import vectorize_expr
+from taskloom.target.cpu import CpuTarget
+from taskloom.transforms.names import NameGen
+
+#: Elements of the last axis per parallel block of an injective node: enough work per
+#: block to amortize the loop, small enough to spread a single row over every core.
+BLOCK = 4096
+
+_INIT = {"sum": 0.0, "mean": 0.0, "max": -math.inf, "min": math.inf, "prod": 1.0}
+_COMBINE = {"sum": "add", "mean": "add", "max": "max", "min": "min", "prod": "mul"}
+_HORIZONTAL = {"sum": "reduce_add", "mean": "reduce_add", "max": "reduce_max", "min": "reduce_min"}
+
+
+def _prod(xs: Sequence[E.Expr]) -> E.Expr:
+    out: E.Expr = E.as_expr(1)
+    for x in xs:
+        out = x if E.is_const(out, 1) else out * x
+    return out
+
+
+def _unravel(flat: E.Expr, shape: Sequence[E.Expr]) -> list[E.Expr]:
+    out: list[E.Expr] = []
+    stride: E.Expr = E.as_expr(1)
+    for k in reversed(range(len(shape))):
+        q = flat if E.is_const(stride, 1) else flat // stride
+        out.append(q if k == 0 else q % shape[k])
+        stride = shape[k] if E.is_const(stride, 1) else stride * shape[k]
+    return list(reversed(out))
+
+
+def _identity(kind: str, t: DataType) -> E.Expr:
+    v = _INIT[kind]
+    if t.is_float():
+        return E.Constant(v, t)
+    return E.Constant(t.min_value() if kind == "max" else t.max_value() if kind == "min" else int(v), t)
+
+
+@dataclass
+class _Ctx:
+    """How the tensors of the task are reached from inside the generated program."""
+
+    target: CpuTarget
+    names: NameGen
+    tensors: dict[E.Expr, E.Var] = field(default_factory=dict)   # input/output/buffer -> its var
+    prefix: int = 0                                               # shared leading axes (fused rows)
+    local: set[GridCompute] = field(default_factory=set)         # intermediates held per row
+
+    @property
+    def lanes(self) -> int:
+        return self.target.vector_lanes(float32)
+
+
+class _Reads(Rewriter):
+    """Rewrites reads of task tensors into reads of the program's variables, inlining the
+    nodes that are not materialized."""
+
+    def __init__(self, ctx: _Ctx):
+        self.ctx = ctx
+
+    def visit_TensorElement(self, e: E.TensorElement) -> E.Expr:
+        idx = tuple(self.visit(i) for i in e.indices)
+        t = e.tensor
+        if isinstance(t, GridCompute) and t not in self.ctx.tensors:
+            return self.visit(substitute(t.value, dict(zip(t.axes, idx))))
+        var = self.ctx.tensors[t]
+        if t in self.ctx.local:
+            idx = idx[self.ctx.prefix:]  # per-row buffer: the shared row axes are implicit
+            if not idx:
+                return var
+        return E.TensorElement(var, idx)
+
+
+def _materialized(task: Task, shared_reads: bool) -> list[GridCompute]:
+    """Outputs, nodes holding a reduction and, with ``shared_reads``, nodes read by two or
+    more others (inside fused rows such a node costs a small row buffer, not a recompute)."""
+    outs = set(task.outputs)
+    nodes = task.computes()
+    readers: dict[GridCompute, int] = {}
+    for n in nodes:
+        for t in {el.tensor for el in collect(n.value, E.TensorElement)}:  # type: ignore[attr-defined]
+            if isinstance(t, GridCompute):
+                readers[t] = readers.get(t, 0) + 1
+    return [c for c in nodes if c in outs or collect(c.value, ReduceCompute)
+            or (shared_reads and readers.get(c, 0) > 1)]
+
+
+def _shared_prefix(nodes: list[GridCompute]) -> int:
+    """How many leading axes every materialized node shares, read row-locally."""
+    if len(nodes) < 2:
+        return 0
+    limit = min(len(n.shape) - (0 if collect(n.value, ReduceCompute) else 1) for n in nodes)
+    p = 0
+    while p < limit and all(n.shape[p] == nodes[0].shape[p] for n in nodes):
+        p += 1
+    # every read of a materialized node must use the reader's own leading axes
+    mats = set(nodes)
+    while p > 0:
+        ok = True
+        for n in nodes:
+            for el in collect(n.value, E.TensorElement):
+                if el.tensor in mats and tuple(el.indices[:p]) != tuple(n.axes[:p]):  # type: ignore[attr-defined]
+                    ok = False
+        if ok:
+            break
+        p -= 1
+    return p
+
+
+def schedule_task(task: Task, target: CpuTarget, name: str | None = None) -> S.Function:
+    """The CPU tensor program of ``task``, scheduled by rules (see the module docstring)."""
+    names = NameGen(S.SeqStmt(()))
+    ctx = _Ctx(target, names)
+    params: list[E.Var] = list(task.symbols())
+    for v in params:
+        names.used.add(v.name)
+    for t in (*task.inputs, *task.outputs):
+        if t.name in names.used:
+            raise TransformError(f"task '{task.name}': two tensors are named '{t.name}'")
+        var = E.Var(names.fresh(t.name), t.type)
+        ctx.tensors[t] = var
+        params.append(var)
+    nodes = _materialized(task, shared_reads=True)
+    ctx.prefix = _shared_prefix(nodes)
+    if not ctx.prefix:
+        nodes = _materialized(task, shared_reads=False)
+    body: list[S.Stmt] = []
+    if ctx.prefix:
+        body.append(_fused_rows(task, nodes, ctx))
+    else:
+        for n in nodes:
+            if n not in task.outputs:
+                buf = E.Var(names.fresh(n.name), n.type)
+                ctx.tensors[n] = buf
+                body.append(S.Declare(buf, None, "global"))
+            body.append(_node_nest(n, ctx, task.outputs))
+    return S.Function(name or task.name, tuple(params), S.seq(body),
+                      attrs=(("doc", f"{task.name}: scheduled by rules"),))
+
+
+def _fused_rows(task: Task, nodes: list[GridCompute], ctx: _Ctx) -> S.Stmt:
+    """One parallel loop over the shared leading axes; the nodes run in order inside it."""
+    p = ctx.prefix
+    rows = nodes[-1].shape[:p]
+    t = E.Var(ctx.names.fresh("row"), index_type)
+    row_axes = _unravel(t, rows)
+    inner: list[S.Stmt] = [S.Comment(f"{len(nodes)} stages share the leading {p} axis(es): run row by row")]
+    for n in nodes:
+        if n not in task.outputs:
+            ctx.local.add(n)
+            rest = n.shape[p:]
+            var = E.Var(ctx.names.fresh(n.name), TensorType(n.dtype, tuple(rest)) if rest else n.dtype)
+            ctx.tensors[n] = var
+            inner.append(S.Declare(var, None, "local") if rest else S.Declare(var))
+        inner.append(_node_body(n, ctx, dict(zip(n.axes[:p], row_axes)), n in task.outputs))
+    return S.For(t, _prod(rows), S.seq(inner), "parallel")
+
+
+def _node_nest(n: GridCompute, ctx: _Ctx, outputs: Sequence[GridCompute]) -> S.Stmt:
+    """A node on its own: parallel over its outer axes (and blocks of its last axis)."""
+    if not n.shape:
+        return _node_body(n, ctx, {}, True)
+    if collect(n.value, ReduceCompute):
+        outer = n.shape[:-1] if len(n.shape) > 1 else ()
+        t = E.Var(ctx.names.fresh("o"), index_type)
+        if not outer:
+            return _node_body(n, ctx, {}, True)
+        body = _node_body(n, ctx, dict(zip(n.axes[:-1], _unravel(t, outer))), True)
+        return S.For(t, _prod(outer), body, "parallel")
+    *outer, last = n.shape
+    nb = E.cdiv(last, BLOCK) if not (isinstance(last, E.Constant) and last.value <= BLOCK) else E.as_expr(1)
+    t = E.Var(ctx.names.fresh("blk"), index_type)
+    if E.is_const(nb, 1):
+        o, b = t, E.as_expr(0)
+    else:
+        o, b = (t // nb, t % nb) if outer else (E.as_expr(0), t)
+    bind = dict(zip(n.axes[:-1], _unravel(o, outer))) if outer else {}
+    if E.is_const(nb, 1):
+        return S.For(t, _prod(outer), _row(n, ctx, bind, E.as_expr(0), last), "parallel")
+    start = E.Var(ctx.names.fresh("start"), index_type)
+    length = E.Var(ctx.names.fresh("length"), index_type)
+    body = S.seq([S.Comment(f"blocks of {BLOCK} along the last axis spread even one row over every core"),
+                  S.Let(start, b * BLOCK), S.Let(length, E.minimum(last - start, BLOCK)),
+                  _row(n, ctx, bind, start, length)])
+    return S.For(t, _prod([*outer, nb]) if outer else nb, body, "parallel")
+
+
+def _node_body(n: GridCompute, ctx: _Ctx, bind: dict[E.Var, E.Expr], is_output: bool) -> S.Stmt:
+    """The loops over the axes of ``n`` not bound by ``bind``; the last one vectorized."""
+    free = [(a, d) for a, d in zip(n.axes, n.shape) if a not in bind]
+    if not free:
+        value, pre = _reduce_all(_Reads(ctx).visit(substitute(n.value, bind)), ctx)
+        return S.seq([*pre, _store(n, ctx, bind, value)])
+    outer, (last_axis, last_extent) = free[:-1], free[-1]
+    loops_vars = {a: E.Var(ctx.names.fresh(a.name), index_type) for a, _ in outer}
+    inner = _row(n, ctx, {**bind, **loops_vars}, E.as_expr(0), last_extent)
+    for (a, d) in reversed(outer):
+        inner = S.For(loops_vars[a], d, inner)
+    return inner
+
+
+def _store(n: GridCompute, ctx: _Ctx, bind: dict[E.Var, E.Expr], value: E.Expr) -> S.Stmt:
+    var = ctx.tensors[n]
+    idx = tuple(bind.get(a, a) for a in n.axes)
+    if n in ctx.local:
+        idx = idx[ctx.prefix:]
+        if not idx:
+            return S.Assign(var, value)
+    return S.BufferStore(var, idx, value)
+
+
+def _row(n: GridCompute, ctx: _Ctx, bind: dict[E.Var, E.Expr], start: E.Expr, length: E.Expr) -> S.Stmt:
+    """``n`` along its last axis for positions ``start .. start + length``."""
+    last = n.axes[-1]
+    j = E.Var(ctx.names.fresh(last.name), index_type)
+    value = _Reads(ctx).visit(substitute(n.value, {**bind, last: start + j}))
+    # reductions that do not depend on the last axis: once, before the loop
+    pre: list[S.Stmt] = []
+    value, pre = _reduce_all(value, ctx, keep_if_mentions=j)
+    idx = tuple(bind.get(a, a) for a in n.axes[:-1])
+    var = ctx.tensors[n]
+    if n in ctx.local:
+        idx = idx[ctx.prefix:]
+    lanes = ctx.lanes
+    out_idx = lambda jj: (*idx, start + jj)  # noqa: E731
+    if n.dtype == float32 and not collect(value, ReduceCompute):
+        c = E.Var(ctx.names.fresh("c"), index_type)
+        full = vectorize_expr(value, j, c * lanes, lanes)
+        if full is not None:
+            tail0 = E.Var(ctx.names.fresh("tail"), index_type)
+            rest = E.Var(ctx.names.fresh("rest"), index_type)
+            tail = vectorize_expr(value, j, tail0, lanes, rest)
+            return S.seq([*pre,
+                          S.For(c, length // lanes, S.VectorStore(var, out_idx(c * lanes), full)),
+                          S.Let(tail0, length // lanes * lanes), S.Let(rest, length - tail0),
+                          S.If(0 < rest, S.VectorStore(var, out_idx(tail0), tail, rest))])
+    # scalar fallback: reductions that need j are computed per element
+    body_value, body_pre = _reduce_all(value, ctx)
+    loop = S.For(j, length, S.seq([*body_pre, S.BufferStore(var, out_idx(j), body_value)]),
+                 "serial" if body_pre else "vectorize")
+    return S.seq([*pre, loop])
+
+
+def _reduce_all(value: E.Expr, ctx: _Ctx, keep_if_mentions: E.Var | None = None) -> tuple[E.Expr, list[S.Stmt]]:
+    """Computes the reductions in ``value`` into scalars (innermost first) and returns the
+    value reading those scalars; with ``keep_if_mentions``, reductions mentioning that
+    variable are left in place."""
+    pre: list[S.Stmt] = []
+    while True:
+        todo = [r for r in collect(value, ReduceCompute)
+                if not collect(r.value, ReduceCompute)  # type: ignore[attr-defined]
+                and (keep_if_mentions is None or keep_if_mentions not in E.free_vars(r))]
+        if not todo:
+            return value, pre
+        r = todo[0]
+        acc, stmts = _reduction(r, ctx)  # type: ignore[arg-type]
+        pre += stmts
+        value = substitute_node(value, r, acc)
+
+
+class _ReplaceNode(Rewriter):
+    def __init__(self, old: E.Expr, new: E.Expr):
+        self.old, self.new = old, new
+
+    def visit(self, node):  # type: ignore[override]
+        if node == self.old:
+            return self.new
+        return super().visit(node)
+
+
+def substitute_node(e: E.Expr, old: E.Expr, new: E.Expr) -> E.Expr:
+    return _ReplaceNode(old, new).visit(e)
+
+
+def _reduction(r: ReduceCompute, ctx: _Ctx) -> tuple[E.Var, list[S.Stmt]]:
+    """Statements that leave the reduction's value in a fresh scalar variable."""
+    t = r.value.type
+    assert isinstance(t, DataType)
+    kind = r.kind
+    acc = E.Var(ctx.names.fresh(f"{kind}_acc"), r.type)
+    axes = {a: E.Var(ctx.names.fresh(a.name), index_type) for a in r.axes}
+    value = substitute(r.value, axes)
+    if kind in ("argmax", "argmin"):
+        return acc, _arg_reduction(r, value, axes, acc, ctx)
+    stmts: list[S.Stmt] = [S.Declare(acc, _identity(kind, t))]
+    *outer, (last, extent) = list(zip(axes.values(), r.shape))
+    combine = _COMBINE[kind]
+    lanes = ctx.lanes
+    vec_ok = kind in _HORIZONTAL and t == float32
+    c = E.Var(ctx.names.fresh("c"), index_type)
+    vvalue = vectorize_expr(value, last, c * lanes, lanes) if vec_ok else None
+    if vvalue is not None:
+        # accumulate full vectors, reduce horizontally, then the scalar tail
+        vacc = E.Var(ctx.names.fresh(f"{kind}_vec"), vvalue.type)
+        nfull = extent // lanes
+        inner = S.seq([S.Declare(vacc, E.Broadcast(_identity(kind, t), lanes)),
+                       S.For(c, nfull, S.Assign(vacc, E.Binary(combine, vacc, vvalue))),
+                       S.Assign(acc, E.binary(combine, acc, E.call(_HORIZONTAL[kind], vacc))),
+                       S.For(last, extent - nfull * lanes,
+                             S.Assign(acc, E.binary(combine, acc,
+                                                    substitute(value, {last: nfull * lanes + last}))))])
+    else:
+        inner = S.For(last, extent, S.Assign(acc, E.binary(combine, acc, value)))
+    for v, d in reversed(outer):
+        inner = S.For(v, d, inner)
+    stmts.append(inner)
+    if kind == "mean":
+        count = E.cast(_prod(r.shape), t)
+        stmts.append(S.Assign(acc, acc / count))
+    return acc, stmts
+
+
+def _arg_reduction(r: ReduceCompute, value: E.Expr, axes: dict[E.Var, E.Var], acc: E.Var,
+                   ctx: _Ctx) -> list[S.Stmt]:
+    """argmax / argmin: the first index of the best value."""
+    t = r.value.type
+    assert isinstance(t, DataType)
+    best = E.Var(ctx.names.fresh("best"), t)
+    (k,) = axes.values()
+    better = value > best if r.kind == "argmax" else value < best
+    return [S.Declare(acc, E.Constant(0, acc.type)),  # type: ignore[arg-type]
+            S.Declare(best, _identity("max" if r.kind == "argmax" else "min", t)),
+            S.For(k, r.shape[0], S.If(better, S.seq([S.Assign(best, value),
+                                                      S.Assign(acc, E.cast(k, acc.type))])))]  # type: ignore[arg-type]

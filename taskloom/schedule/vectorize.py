@@ -1,0 +1,87 @@
+"""Turns a scalar expression of a loop variable ``j`` into the vector expression that
+computes it for ``lanes`` consecutive values of ``j`` at once.
+
+Rules, by the shape of each subexpression:
+- does not mention ``j``: computed once as a scalar and broadcast;
+- ``X[..., base + j]`` with the rest free of ``j``: one (masked) vector load;
+- arithmetic, comparisons, select and vector-capable primitives of vector operands: the
+  same operation on vectors.
+Anything else (a gather along ``j``, ``j`` used as a value, a non-float32 element) makes
+the whole expression non-vectorizable, and the caller falls back to a scalar loop.
+"""
+from __future__ import annotations
+
+from taskloom.ir import expr as E
+from taskloom.ir.dtypes import float32
+from taskloom.transforms.simplify import simplify_expr
+
+#: Primitives the C backend implements on float32 vectors.
+VECTOR_PRIMITIVES = frozenset({"exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "abs",
+                               "floor", "ceil", "fma", "pow"})
+_VECTOR_BINARY = frozenset({"add", "sub", "mul", "div", "min", "max", "lt", "le", "eq", "ne", "and", "or"})
+
+
+class _NotVectorizable(Exception):
+    pass
+
+
+def _contiguous_offset(index: E.Expr, j: E.Var) -> E.Expr | None:
+    """``base`` when ``index == base + j`` with ``base`` free of ``j``, else None."""
+    base = simplify_expr(E.binary("sub", index, j))
+    return None if j in E.free_vars(base) else base
+
+
+class _Vectorizer:
+    def __init__(self, j: E.Var, j0: E.Expr, lanes: int, count: E.Expr | None):
+        self.j, self.j0, self.lanes, self.count = j, j0, lanes, count
+
+    def vec(self, e: E.Expr) -> E.Expr:
+        if self.j not in E.free_vars(e):
+            if e.type != float32 and e.type != E.dtypes.boolean:
+                raise _NotVectorizable
+            if e.type == E.dtypes.boolean:
+                raise _NotVectorizable  # a scalar condition: keep the scalar loop
+            return E.Broadcast(e, self.lanes)
+        if isinstance(e, E.TensorElement):
+            return self.load(e)
+        if isinstance(e, E.Binary) and e.op in _VECTOR_BINARY:
+            if e.a.type not in (float32, E.dtypes.boolean):
+                raise _NotVectorizable
+            a, b = self.vec(e.a), self.vec(e.b)
+            return E.Binary(e.op, a, b)
+        if isinstance(e, E.Unary) and e.op in ("neg", "not"):
+            return E.Unary(e.op, self.vec(e.a))
+        if isinstance(e, E.Select):
+            return E.Select(self.vec(e.cond), self.vec(e.a), self.vec(e.b))
+        if isinstance(e, E.Call) and e.func in VECTOR_PRIMITIVES and e.type == float32:
+            return E.Call(e.func, tuple(self.vec(a) for a in e.args))
+        if isinstance(e, E.Cast) and e.dtype == float32 and e.value.type == float32:
+            return self.vec(e.value)
+        raise _NotVectorizable
+
+    def load(self, e: E.TensorElement) -> E.Expr:
+        if e.type != float32 or not e.indices:
+            raise _NotVectorizable
+        *outer, last = e.indices
+        if any(self.j in E.free_vars(i) for i in outer):
+            raise _NotVectorizable
+        base = _contiguous_offset(last, self.j)
+        if base is None:
+            raise _NotVectorizable  # strided or gathered along j
+        start = simplify_expr(base + self.j0)
+        return E.VectorLoad(e.tensor, (*outer, start), self.lanes, self.count)
+
+
+def vectorize_expr(e: E.Expr, j: E.Var, j0: E.Expr, lanes: int, count: E.Expr | None = None) -> E.Expr | None:
+    """``e`` for ``j = j0, j0 + 1, ..., j0 + lanes - 1`` as one vector expression, or None.
+
+    With ``count``, only the first ``count`` lanes are loaded (a loop tail).
+    """
+    try:
+        return _Vectorizer(j, j0, lanes, count).vec(e)
+    except _NotVectorizable:
+        return None
+
+
+def is_vectorizable(e: E.Expr, j: E.Var, lanes: int) -> bool:
+    return vectorize_expr(e, j, E.as_expr(0), lanes) is not None

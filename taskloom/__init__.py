@@ -12,6 +12,9 @@ from typing import TYPE_CHECKING, Sequence
 
 from taskloom.errors import TaskloomError
 from taskloom.target import CpuTarget, get_target, host_target
+from taskloom.graph import Tensor, asarray, from_torch
+from taskloom import compiler as _compiler  # registers the eager executor
+from taskloom import ops
 
 if TYPE_CHECKING:
     from taskloom.ir.stmt import Function, Module as IRModule
@@ -31,4 +34,5 @@ def build(functions: "Function | IRModule | Sequence[Function]", target: CpuTarg
     return load_module(lib.lib_path, lib.signatures, lib.source_path)
 
 
-__all__ = ["build", "TaskloomError", "CpuTarget", "get_target", "host_target", "__version__"]
+__all__ = ["build", "ops", "Tensor", "asarray", "from_torch", "TaskloomError", "CpuTarget", "get_target",
+           "host_target", "__version__"]

@@ -60,5 +60,9 @@ class ArgumentError(TaskloomError):
     """A kernel or compiled model was called with an argument of the wrong kind, shape or dtype."""
 
 
+class OpError(TaskloomError):
+    """An operator was applied to arguments it does not accept (shapes, axes, dtypes, sizes)."""
+
+
 class LoadError(TaskloomError):
     """A built module or saved model could not be loaded (missing, corrupt, built for another target)."""

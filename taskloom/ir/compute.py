@@ -86,11 +86,12 @@ class ReduceCompute(E.Expr):
 def _axes(fn: Callable, n: int, default: str) -> tuple[E.Var, ...]:
     """Axis variables named after ``fn``'s parameters (so generated code reads like the definition)."""
     try:
-        names = [p.name for p in inspect.signature(fn).parameters.values()]
+        params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):
-        names = []
+        params = None  # no signature to read: name the axes by default
+    names = [p.name for p in params or ()]
     if len(names) != n:
-        if names and not any(p.kind == p.VAR_POSITIONAL for p in inspect.signature(fn).parameters.values()):
+        if params is not None and not any(p.kind == p.VAR_POSITIONAL for p in params):
             raise IRError(f"the function of a {n}-D definition takes {len(names)} argument(s)")
         names = [f"{default}{a}" for a in range(n)]
     return tuple(E.Var(name, index_type) for name in names)
@@ -131,6 +132,7 @@ class Task:
         object.__setattr__(self, "inputs", tuple(inputs))
         object.__setattr__(self, "outputs", tuple(outputs))
         items = tuple(sorted(attrs.items())) if isinstance(attrs, dict) else tuple(attrs)
+        items = tuple((k, _freeze(v)) for k, v in items)
         object.__setattr__(self, "attrs", items)
         known = set(self.inputs)
         for node in self.computes():
@@ -171,8 +173,30 @@ class Task:
         return out
 
 
+def _freeze(v: Any) -> Any:
+    """Attribute values become hashable (lists to tuples), so tasks can key caches."""
+    if isinstance(v, (list, tuple)):
+        return tuple(_freeze(x) for x in v)
+    if isinstance(v, dict):
+        return tuple(sorted((k, _freeze(x)) for k, x in v.items()))
+    return v
+
+
+def _own_nodes(e: E.Expr) -> list[E.Expr]:
+    """Every node of ``e`` in pre-order, without entering the definitions of the tensors it reads."""
+    out: list[E.Expr] = []
+    stack: list[Any] = [e]
+    while stack:
+        n = stack.pop()
+        out.append(n)
+        children = n.indices if isinstance(n, E.TensorElement) else tuple(n.children())
+        stack.extend(reversed(children))
+    return out
+
+
 def _tensors_read(e: E.Expr) -> list[E.Expr]:
-    return [el.tensor for el in collect(e, E.TensorElement)]  # type: ignore[attr-defined]
+    """The tensors ``e`` reads itself (not those read by their definitions)."""
+    return [n.tensor for n in _own_nodes(e) if isinstance(n, E.TensorElement)]
 
 
 # ----------------------------------------------------------------------------- classification
@@ -185,10 +209,10 @@ class _Inliner(Rewriter):
     """Replaces reads of intermediate compute nodes by their definitions."""
 
     def visit_TensorElement(self, e: E.TensorElement) -> E.Expr:
-        e = self.generic_visit(e)
+        indices = tuple(self.visit(i) for i in e.indices)
         if isinstance(e.tensor, GridCompute):
-            return self.visit(substitute(e.tensor.value, dict(zip(e.tensor.axes, e.indices))))
-        return e
+            return self.visit(substitute(e.tensor.value, dict(zip(e.tensor.axes, indices))))
+        return e if all(a is b for a, b in zip(indices, e.indices)) else E.TensorElement(e.tensor, indices)
 
 
 def inline(value: E.Expr) -> E.Expr:
@@ -198,7 +222,7 @@ def inline(value: E.Expr) -> E.Expr:
 
 
 def has_reduction(task: Task) -> bool:
-    return any(collect(c.value, ReduceCompute) for c in task.computes())
+    return any(isinstance(n, ReduceCompute) for c in task.computes() for n in _own_nodes(c.value))
 
 
 def _conditional_reads(e: E.Expr, under: bool = False) -> list[tuple[E.TensorElement, bool]]:
@@ -237,8 +261,8 @@ def inverse_map(task: Task, inp: TensorInput) -> tuple[tuple[E.Var, ...], tuple[
     out = task.outputs[0]
     value = inline(out.value)
     reads = [(r, cond) for r, cond in _conditional_reads(value) if r.tensor == inp]
-    if len(reads) != 1 or reads[0][1]:
-        return None  # read twice, never, or only in one branch of a select
+    if not reads or len({r.indices for r, _ in reads}) != 1 or all(cond for _, cond in reads):
+        return None  # never read, read at two different elements, or only in branches of a select
     idx = reads[0][0].indices
     if any(collect(i, E.TensorElement) for i in idx):
         return None  # a data-dependent index (gather) cannot be inverted

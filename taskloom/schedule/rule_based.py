@@ -253,22 +253,53 @@ def _row(n: GridCompute, ctx: _Ctx, bind: dict[E.Var, E.Expr], start: E.Expr, le
         idx = idx[ctx.prefix:]
     lanes = ctx.lanes
     out_idx = lambda jj: (*idx, start + jj)  # noqa: E731
-    if n.dtype == float32 and not collect(value, ReduceCompute):
+    if n.dtype == float32:
         c = E.Var(ctx.names.fresh("c"), index_type)
-        full = vectorize_expr(value, j, c * lanes, lanes)
+        full = _vector_chunk(value, j, c * lanes, None, ctx)
         if full is not None:
             tail0 = E.Var(ctx.names.fresh("tail"), index_type)
             rest = E.Var(ctx.names.fresh("rest"), index_type)
-            tail = vectorize_expr(value, j, tail0, lanes, rest)
+            tail = _vector_chunk(value, j, tail0, rest, ctx)
+            assert tail is not None
             return S.seq([*pre,
-                          S.For(c, length // lanes, S.VectorStore(var, out_idx(c * lanes), full)),
+                          S.For(c, length // lanes, S.seq([*full[0], S.VectorStore(var, out_idx(c * lanes), full[1])])),
                           S.Let(tail0, length // lanes * lanes), S.Let(rest, length - tail0),
-                          S.If(0 < rest, S.VectorStore(var, out_idx(tail0), tail, rest))])
+                          S.If(0 < rest, S.seq([*tail[0], S.VectorStore(var, out_idx(tail0), tail[1], rest)]))])
     # scalar fallback: reductions that need j are computed per element
     body_value, body_pre = _reduce_all(value, ctx)
     loop = S.For(j, length, S.seq([*body_pre, S.BufferStore(var, out_idx(j), body_value)]),
                  "serial" if body_pre else "vectorize")
     return S.seq([*pre, loop])
+
+
+def _vector_chunk(value: E.Expr, j: E.Var, j0: E.Expr, count: E.Expr | None,
+                  ctx: _Ctx) -> tuple[list[S.Stmt], E.Expr] | None:
+    """``value`` for ``lanes`` consecutive ``j`` from ``j0``: statements (the reductions
+    along ``j``, accumulated lane-wise in vector registers) and the vector expression. None
+    when some part cannot be vectorized along ``j``."""
+    lanes = ctx.lanes
+    stmts: list[S.Stmt] = []
+    while True:
+        reds = [r for r in collect(value, ReduceCompute) if not collect(r.value, ReduceCompute)]  # type: ignore[attr-defined]
+        if not reds:
+            break
+        r: ReduceCompute = reds[0]  # type: ignore[assignment]
+        if r.kind not in _HORIZONTAL or r.value.type != float32:
+            return None
+        axes = {a: E.Var(ctx.names.fresh(a.name), index_type) for a in r.axes}
+        v = vectorize_expr(substitute(r.value, axes), j, j0, lanes, count)
+        if v is None:
+            return None
+        vacc = E.Var(ctx.names.fresh(f"{r.kind}_vec"), v.type)
+        loop: S.Stmt = S.Assign(vacc, E.Binary(_COMBINE[r.kind], vacc, v))
+        for a, d in reversed(list(zip(axes.values(), r.shape))):
+            loop = S.For(a, d, loop)
+        stmts += [S.Declare(vacc, E.Broadcast(_identity(r.kind, float32), lanes)), loop]
+        if r.kind == "mean":
+            stmts.append(S.Assign(vacc, vacc / E.Broadcast(E.cast(_prod(r.shape), float32), lanes)))
+        value = substitute_node(value, r, vacc)
+    vexpr = vectorize_expr(value, j, j0, lanes, count)
+    return None if vexpr is None else (stmts, vexpr)
 
 
 def _reduce_all(value: E.Expr, ctx: _Ctx, keep_if_mentions: E.Var | None = None) -> tuple[E.Expr, list[S.Stmt]]:

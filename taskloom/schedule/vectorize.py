@@ -12,7 +12,7 @@ the whole expression non-vectorizable, and the caller falls back to a scalar loo
 from __future__ import annotations
 
 from taskloom.ir import expr as E
-from taskloom.ir.dtypes import float32
+from taskloom.ir.dtypes import VectorType, float32
 from taskloom.transforms.simplify import simplify_expr
 
 #: Primitives the C backend implements on float32 vectors.
@@ -36,6 +36,8 @@ class _Vectorizer:
         self.j, self.j0, self.lanes, self.count = j, j0, lanes, count
 
     def vec(self, e: E.Expr) -> E.Expr:
+        if isinstance(e.type, VectorType):
+            return e  # already a vector (an accumulator of the caller's)
         if self.j not in E.free_vars(e):
             if e.type != float32 and e.type != E.dtypes.boolean:
                 raise _NotVectorizable

@@ -21,3 +21,32 @@ def run_eager(task: Task, inputs: Sequence[Tensor]) -> list[Tensor]:
     if not _executor:
         raise OpError("no eager executor is registered; `import taskloom` registers the compiler's")
     return _executor[0](task, inputs)
+
+
+class capture_tasks:
+    """Records the task of every operator applied inside the ``with`` block (they still
+    run), e.g. to benchmark an operator's kernel or inspect its definition::
+
+        with capture_tasks() as tasks:
+            taskloom.ops.softmax(x)
+        task, inputs = tasks[0]
+    """
+
+    def __init__(self) -> None:
+        self.records: list[tuple[Task, list[Tensor]]] = []
+        self._saved: list[EagerExecutor] = []
+
+    def __enter__(self) -> list[tuple[Task, list[Tensor]]]:
+        self._saved = list(_executor)
+        inner = self._saved[0] if self._saved else None
+
+        def record(task: Task, inputs: Sequence[Tensor]) -> list[Tensor]:
+            self.records.append((task, list(inputs)))
+            if inner is None:
+                raise OpError("no eager executor is registered")
+            return inner(task, inputs)
+        _executor[:] = [record]
+        return self.records
+
+    def __exit__(self, *exc: object) -> None:
+        _executor[:] = self._saved

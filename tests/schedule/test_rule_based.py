@@ -1,0 +1,145 @@
+"""The rule-based scheduler: any compute definition becomes a correct CPU program, with
+the structure the rules promise (fused rows, vector loops, vector accumulators)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import taskloom
+from taskloom.ir import For, VectorLoad, VectorStore, call, collect, f32, i32, ne, var
+from taskloom.ir.compute import Task, compute, reduce, tensor_input
+from taskloom.schedule import schedule_task
+from taskloom.target import get_target, host_target
+from taskloom.transforms import lower
+
+HOST = host_target()
+TARGETS = ["cpu -isa=avx2"] + (["cpu -isa=avx512"] if HOST.has("avx512f") else [])
+R, C, N = var("R"), var("C"), var("N")
+rng = np.random.default_rng(0)
+
+
+def build(task, spec=None):
+    target = get_target(spec) if spec else HOST
+    fn = schedule_task(task, target)
+    return taskloom.build(fn, target)[fn.name], lower(fn)
+
+
+def softmax_task():
+    X = tensor_input("X", f32, [R, C])
+    mx = compute("mx", [R], lambda r: reduce([C], lambda k: X[r, k], "max"))
+    e = compute("e", [R, C], lambda r, c: call("exp", X[r, c] - mx[r]))
+    s = compute("s", [R], lambda r: reduce([C], lambda k: e[r, k], "sum"))
+    return Task("softmax", [X], [compute("Y", [R, C], lambda r, c: e[r, c] / s[r])])
+
+
+def layernorm_task():
+    X, G, B = tensor_input("X", f32, [R, C]), tensor_input("G", f32, [C]), tensor_input("B", f32, [C])
+    mean = compute("mean", [R], lambda r: reduce([C], lambda k: X[r, k], "mean"))
+    d = compute("d", [R, C], lambda r, c: X[r, c] - mean[r])
+    var_ = compute("var", [R], lambda r: reduce([C], lambda k: d[r, k] * d[r, k], "mean"))
+    y = compute("Y", [R, C], lambda r, c: d[r, c] * call("rsqrt", var_[r] + 1e-5) * G[c] + B[c])
+    return Task("layernorm", [X, G, B], [y])
+
+
+@pytest.mark.parametrize("spec", TARGETS)
+def test_softmax_runs_row_by_row_with_one_exp_per_element(spec):
+    kernel, low = build(softmax_task(), spec)
+    loops = collect(low, For)
+    assert sum(l.kind == "parallel" for l in loops) == 1  # one pass over rows, stages inside
+    assert str(low).count("exp(") == 2                    # full vectors and the tail, once each
+    for rows, cols in [(1, 1), (3, 17), (5, 64), (2, 1000)]:
+        x = rng.standard_normal((rows, cols), dtype=np.float32) * 10
+        y = np.empty_like(x)
+        kernel(x, y)
+        ref = np.exp(x - x.max(1, keepdims=True))
+        np.testing.assert_allclose(y, ref / ref.sum(1, keepdims=True), rtol=2e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("spec", TARGETS)
+def test_layernorm(spec):
+    kernel, _ = build(layernorm_task(), spec)
+    for rows, cols in [(1, 3), (7, 768), (4, 33)]:
+        x = rng.standard_normal((rows, cols), dtype=np.float32)
+        g, b = rng.standard_normal(cols, dtype=np.float32), rng.standard_normal(cols, dtype=np.float32)
+        y = np.empty_like(x)
+        kernel(x, g, b, y)
+        mu = x.mean(1, keepdims=True)
+        ref = (x - mu) / np.sqrt(((x - mu) ** 2).mean(1, keepdims=True) + 1e-5) * g + b
+        np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_elementwise_1d_splits_into_parallel_blocks_and_vectorizes():
+    A = tensor_input("A", f32, [N])
+    task = Task("gelu", [A], [compute("G", [N], lambda i: A[i] * 0.5 * (1.0 + call("erf", A[i] * 0.7071067811865476)))])
+    kernel, low = build(task)
+    par = [l for l in collect(low, For) if l.kind == "parallel"]
+    assert len(par) == 1 and "4095" in str(par[0].extent)
+    assert collect(low, VectorStore) and collect(low, VectorLoad)
+    from math import erf
+    for n in (1, 15, 4097, 10000):
+        a = rng.standard_normal(n, dtype=np.float32)
+        g = np.empty_like(a)
+        kernel(a, g)
+        np.testing.assert_allclose(g, [v * 0.5 * (1 + erf(v / 2 ** 0.5)) for v in a], rtol=1e-5, atol=1e-6)
+
+
+def test_reductions_over_each_axis_and_kind():
+    X = tensor_input("X", f32, [R, C])
+    outs = [compute("sum0", [C], lambda c: reduce([R], lambda r: X[r, c])),
+            compute("max1", [R], lambda r: reduce([C], lambda c: X[r, c], "max")),
+            compute("min1", [R], lambda r: reduce([C], lambda c: X[r, c], "min")),
+            compute("mean0", [C], lambda c: reduce([R], lambda r: X[r, c], "mean")),
+            compute("prod1", [R], lambda r: reduce([C], lambda c: X[r, c], "prod")),
+            compute("all", [], lambda: reduce([R, C], lambda r, c: X[r, c]))]
+    for out in outs:
+        kernel, _ = build(Task(out.name, [X], [out]))
+        x = rng.uniform(0.5, 1.5, size=(7, 19)).astype(np.float32)
+        y = np.empty([int(d.value) if hasattr(d, "value") else {R: 7, C: 19}[d] for d in out.shape], np.float32)
+        kernel(x, y)
+        ref = {"sum0": x.sum(0), "max1": x.max(1), "min1": x.min(1), "mean0": x.mean(0),
+               "prod1": x.prod(1), "all": x.sum()}[out.name]
+        np.testing.assert_allclose(y, ref, rtol=1e-5, err_msg=out.name)
+
+
+def test_argmax_takes_the_first_of_ties_and_returns_int64():
+    X = tensor_input("X", f32, [R, C])
+    out = compute("am", [R], lambda r: reduce([C], lambda c: X[r, c], "argmax"))
+    kernel, _ = build(Task("argmax", [X], [out]))
+    x = np.array([[1, 3, 3, 0], [5, 1, 5, 5], [-1, -2, -3, -1]], np.float32)
+    y = np.empty(3, np.int64)
+    kernel(x, y)
+    np.testing.assert_array_equal(y, [1, 0, 0])
+
+
+def test_matmul_vectorizes_the_reduction_along_columns():
+    M, K = var("M"), var("K")
+    A, B = tensor_input("A", f32, [M, K]), tensor_input("B", f32, [K, N])
+    C_ = compute("C", [M, N], lambda i, j: reduce([K], lambda k: A[i, k] * B[k, j]))
+    kernel, low = build(Task("matmul", [A, B], [C_]))
+    assert "sum_vec" in str(low)
+    for m, n, k in [(1, 1, 1), (5, 17, 3), (33, 40, 65)]:
+        a, b = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
+        c = np.empty((m, n), np.float32)
+        kernel(a, b, c)
+        np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_gather_along_the_last_axis_falls_back_to_a_scalar_loop():
+    X = tensor_input("X", f32, [R, C])
+    T_ = compute("T", [C, R], lambda c, r: X[r, c])   # transpose: strided along the last axis
+    kernel, low = build(Task("transpose", [X], [T_]))
+    assert not collect(low, VectorLoad) and any(l.kind == "vectorize" for l in collect(low, For))
+    x = rng.standard_normal((5, 9), dtype=np.float32)
+    t = np.empty((9, 5), np.float32)
+    kernel(x, t)
+    np.testing.assert_array_equal(t, x.T)
+
+
+def test_integer_and_bool_outputs_use_the_scalar_path():
+    A = tensor_input("A", i32, [N])
+    out = compute("isodd", [N], lambda i: ne(A[i] % 2, 0))  # C remainder: -5 % 2 == -1
+    kernel, _ = build(Task("isodd", [A], [out]))
+    a = np.arange(-5, 6, dtype=np.int32)
+    y = np.empty(a.size, np.bool_)
+    kernel(a, y)
+    np.testing.assert_array_equal(y, a % 2 != 0)

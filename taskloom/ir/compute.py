@@ -12,6 +12,7 @@ reduction, anchor, opaque -- is read off its definition (:func:`classify`), neve
 from __future__ import annotations
 
 import inspect
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -182,21 +183,8 @@ def _freeze(v: Any) -> Any:
     return v
 
 
-def _own_nodes(e: E.Expr) -> list[E.Expr]:
-    """Every node of ``e`` in pre-order, without entering the definitions of the tensors it reads."""
-    out: list[E.Expr] = []
-    stack: list[Any] = [e]
-    while stack:
-        n = stack.pop()
-        out.append(n)
-        children = n.indices if isinstance(n, E.TensorElement) else tuple(n.children())
-        stack.extend(reversed(children))
-    return out
-
-
 def _tensors_read(e: E.Expr) -> list[E.Expr]:
-    """The tensors ``e`` reads itself (not those read by their definitions)."""
-    return [n.tensor for n in _own_nodes(e) if isinstance(n, E.TensorElement)]
+    return [el.tensor for el in collect(e, E.TensorElement)]  # type: ignore[attr-defined]
 
 
 # ----------------------------------------------------------------------------- classification
@@ -209,10 +197,10 @@ class _Inliner(Rewriter):
     """Replaces reads of intermediate compute nodes by their definitions."""
 
     def visit_TensorElement(self, e: E.TensorElement) -> E.Expr:
-        indices = tuple(self.visit(i) for i in e.indices)
+        e = self.generic_visit(e)
         if isinstance(e.tensor, GridCompute):
-            return self.visit(substitute(e.tensor.value, dict(zip(e.tensor.axes, indices))))
-        return e if all(a is b for a, b in zip(indices, e.indices)) else E.TensorElement(e.tensor, indices)
+            return self.visit(substitute(e.tensor.value, dict(zip(e.tensor.axes, e.indices))))
+        return e
 
 
 def inline(value: E.Expr) -> E.Expr:
@@ -222,7 +210,7 @@ def inline(value: E.Expr) -> E.Expr:
 
 
 def has_reduction(task: Task) -> bool:
-    return any(isinstance(n, ReduceCompute) for c in task.computes() for n in _own_nodes(c.value))
+    return any(collect(c.value, ReduceCompute) for c in task.computes())
 
 
 def _conditional_reads(e: E.Expr, under: bool = False) -> list[tuple[E.TensorElement, bool]]:
@@ -271,7 +259,8 @@ def inverse_map(task: Task, inp: TensorInput) -> tuple[tuple[E.Var, ...], tuple[
     for a, d in zip(out.axes, out_shape):
         if isinstance(d, E.Constant):
             bounds[a] = (0, int(d.value) - 1)
-    names = [E.Var(f"{inp.name}_{k}", index_type) for k in range(len(in_shape))]
+    stem = re.sub(r"\W|^(?=\d)", "_", inp.name)  # an input may be named 'x.1' or '0' (ONNX)
+    names = [E.Var(f"{stem}_{k}", index_type) for k in range(len(in_shape))]
     # a permutation of the output axes, each over an equal extent
     if len(idx) == len(out.axes) and all(isinstance(i, E.Var) for i in idx) and set(idx) == set(out.axes):
         pos = {v: k for k, v in enumerate(idx)}
@@ -281,7 +270,8 @@ def inverse_map(task: Task, inp: TensorInput) -> tuple[tuple[E.Var, ...], tuple[
     # a reshape: the row-major offset of the element read equals the offset of the output element
     if not _same(_prod(in_shape), _prod(out_shape), {}):
         return None
-    if not _same(_linear(idx, in_shape), _linear(out.axes, out_shape), bounds):
+    units = {a: E.as_expr(0) for a, d in zip(out.axes, out_shape) if E.is_const(d, 1)}  # unsqueezed axes
+    if not _same(substitute(_linear(idx, in_shape) - _linear(out.axes, out_shape), units), E.as_expr(0), bounds):
         return None
     from taskloom.transforms.simplify import simplify_expr
     in_bounds = {n: (0, int(d.value) - 1) if isinstance(d, E.Constant) else (0, None) for n, d in zip(names, in_shape)}

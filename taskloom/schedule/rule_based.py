@@ -279,6 +279,7 @@ def _vector_chunk(value: E.Expr, j: E.Var, j0: E.Expr, count: E.Expr | None,
     when some part cannot be vectorized along ``j``."""
     lanes = ctx.lanes
     stmts: list[S.Stmt] = []
+    vectors: dict[E.Var, E.Expr] = {}
     while True:
         reds = [r for r in collect(value, ReduceCompute) if not collect(r.value, ReduceCompute)]  # type: ignore[attr-defined]
         if not reds:
@@ -287,7 +288,7 @@ def _vector_chunk(value: E.Expr, j: E.Var, j0: E.Expr, count: E.Expr | None,
         if r.kind not in _HORIZONTAL or r.value.type != float32:
             return None
         axes = {a: E.Var(ctx.names.fresh(a.name), index_type) for a in r.axes}
-        v = vectorize_expr(substitute(r.value, axes), j, j0, lanes, count)
+        v = vectorize_expr(substitute(r.value, axes), j, j0, lanes, count, vectors)
         if v is None:
             return None
         vacc = E.Var(ctx.names.fresh(f"{r.kind}_vec"), v.type)
@@ -297,8 +298,11 @@ def _vector_chunk(value: E.Expr, j: E.Var, j0: E.Expr, count: E.Expr | None,
         stmts += [S.Declare(vacc, E.Broadcast(_identity(r.kind, float32), lanes)), loop]
         if r.kind == "mean":
             stmts.append(S.Assign(vacc, vacc / E.Broadcast(E.cast(_prod(r.shape), float32), lanes)))
-        value = substitute_node(value, r, vacc)
-    vexpr = vectorize_expr(value, j, j0, lanes, count)
+        # the value reads a scalar stand-in; the vectorizer reads the accumulator for it
+        stand_in = E.Var(ctx.names.fresh(f"{r.kind}_lane"), float32)
+        vectors[stand_in] = vacc
+        value = substitute_node(value, r, stand_in)
+    vexpr = vectorize_expr(value, j, j0, lanes, count, vectors)
     return None if vexpr is None else (stmts, vexpr)
 
 

@@ -32,13 +32,16 @@ def _contiguous_offset(index: E.Expr, j: E.Var) -> E.Expr | None:
 
 
 class _Vectorizer:
-    def __init__(self, j: E.Var, j0: E.Expr, lanes: int, count: E.Expr | None):
+    def __init__(self, j: E.Var, j0: E.Expr, lanes: int, count: E.Expr | None,
+                 vectors: dict[E.Var, E.Expr] | None = None):
         self.j, self.j0, self.lanes, self.count = j, j0, lanes, count
+        self.vectors = vectors or {}
+        self.varying = {j, *self.vectors}
 
     def vec(self, e: E.Expr) -> E.Expr:
-        if isinstance(e.type, VectorType):
-            return e  # already a vector (an accumulator of the caller's)
-        if self.j not in E.free_vars(e):
+        if isinstance(e, E.Var) and e in self.vectors:
+            return self.vectors[e]  # a scalar stand-in for a vector the caller computed
+        if not (E.free_vars(e) & self.varying):
             if e.type != float32 and e.type != E.dtypes.boolean:
                 raise _NotVectorizable
             if e.type == E.dtypes.boolean:
@@ -74,13 +77,15 @@ class _Vectorizer:
         return E.VectorLoad(e.tensor, (*outer, start), self.lanes, self.count)
 
 
-def vectorize_expr(e: E.Expr, j: E.Var, j0: E.Expr, lanes: int, count: E.Expr | None = None) -> E.Expr | None:
+def vectorize_expr(e: E.Expr, j: E.Var, j0: E.Expr, lanes: int, count: E.Expr | None = None,
+                   vectors: dict[E.Var, E.Expr] | None = None) -> E.Expr | None:
     """``e`` for ``j = j0, j0 + 1, ..., j0 + lanes - 1`` as one vector expression, or None.
 
-    With ``count``, only the first ``count`` lanes are loaded (a loop tail).
+    With ``count``, only the first ``count`` lanes are loaded (a loop tail). ``vectors``
+    maps scalar variables of ``e`` to vectors already holding their lanes.
     """
     try:
-        return _Vectorizer(j, j0, lanes, count).vec(e)
+        return _Vectorizer(j, j0, lanes, count, vectors).vec(e)
     except _NotVectorizable:
         return None
 

@@ -143,3 +143,14 @@ def test_integer_and_bool_outputs_use_the_scalar_path():
     y = np.empty(a.size, np.bool_)
     kernel(a, y)
     np.testing.assert_array_equal(y, a % 2 != 0)
+
+
+def test_reduction_along_columns_inside_an_expression():
+    X = tensor_input("X", f32, [R, C])
+    centred = compute("centred", [R, C], lambda r, c: X[r, c] - reduce([R], lambda k: X[k, c], "mean"))
+    kernel, low = build(Task("centre_columns", [X], [centred]))
+    assert "mean_vec" in str(low)
+    x = rng.standard_normal((6, 37), dtype=np.float32)
+    y = np.empty_like(x)
+    kernel(x, y)
+    np.testing.assert_allclose(y, x - x.mean(0), rtol=1e-5, atol=1e-6)

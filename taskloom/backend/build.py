@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from taskloom.backend.cache import BuildCache
-from taskloom.backend.codegen_c import codegen_c
+from taskloom.backend.codegen_c import c_symbol, codegen_c
 from taskloom.backend.compiler import compile_shared_library
 from taskloom.errors import CodegenError
 from taskloom.ir import expr as E
@@ -56,7 +56,7 @@ def signature(fn: S.Function) -> dict[str, Any]:
                            "written": p in written})
         else:
             raise CodegenError(f"kernel '{fn.name}': parameter '{p.name}' has type {t!r}, which cannot be passed")
-    return {"name": fn.name, "params": params}
+    return {"name": fn.name, "symbol": c_symbol(fn.name), "params": params}
 
 
 def build_library(functions: S.Function | S.Module | Sequence[S.Function], target: CpuTarget | str | None = None,

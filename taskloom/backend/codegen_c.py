@@ -4,6 +4,11 @@ CPU workers are OpenMP threads (``parallel`` loops); vector values are AVX-512 r
 (``__m512``, 16 x f32) or, on AVX2 machines, ``__m256`` (8 x f32), and vector operations
 become the matching intrinsics. The output keeps the IR's names and comments so a reader
 can find their kernel in it.
+
+Vector bools (the result of comparing float vectors) are masks: ``__mmask16`` (one bit a
+lane) for 16 lanes, and for 8 and 4 lanes ``__m256`` / ``__m128`` whose lanes are all ones
+or all zeros, as ``_mm256_cmp_ps`` makes them. Any vector construct without a rule here is
+a :class:`CodegenError`, never C that means something else.
 """
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ from typing import Any
 from taskloom.errors import CodegenError
 from taskloom.ir import expr as E
 from taskloom.ir import stmt as S
-from taskloom.ir.dtypes import DataType, PointerType, TensorType, Type, VectorType, index_type
+from taskloom.ir.dtypes import DataType, PointerType, TensorType, Type, VectorType, dtype, index_type
 from taskloom.ir.functor import collect
 from taskloom.backend.c_prelude import PRELUDE
 from taskloom.target.cpu import CpuTarget
@@ -24,7 +29,15 @@ _C_SCALAR = {"float64": "double", "float32": "float", "float16": "_Float16", "bf
 # (C type, intrinsic prefix, ISA flag needed) for each supported vector type
 _C_VECTOR = {("float32", 16): ("__m512", "_mm512", "avx512f"),
              ("float32", 8): ("__m256", "_mm256", "avx2"),
-             ("float32", 4): ("__m128", "_mm", "sse4_2")}
+             ("float32", 4): ("__m128", "_mm", "sse4_2"),
+             ("bool", 16): ("__mmask16", "_mm512", "avx512f"),
+             ("bool", 8): ("__m256", "_mm256", "avx2"),
+             ("bool", 4): ("__m128", "_mm", "sse4_2")}
+# Predicates of float vector comparisons. The quiet ordered ones are false when a lane is
+# NaN, like C's <, <= and ==; != is unordered-or-not-equal, true for NaN as in C.
+_CMP_PREDICATE = {"lt": "_CMP_LT_OQ", "le": "_CMP_LE_OQ", "eq": "_CMP_EQ_OQ", "ne": "_CMP_NEQ_UQ"}
+# SSE's fixed-predicate compares give the same lane results for f32x4 without needing AVX.
+_SSE_CMP = {"lt": "_mm_cmplt_ps", "le": "_mm_cmple_ps", "eq": "_mm_cmpeq_ps", "ne": "_mm_cmpneq_ps"}
 _C_KEYWORDS = frozenset("""auto break case char const continue default do double else enum extern
     float for goto if inline int long register restrict return short signed sizeof static struct
     switch typedef union unsigned void volatile while bool true false""".split())
@@ -37,9 +50,26 @@ _ATOM = 15
 _SCALAR_MATH = {"exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "erf": "erf",
                 "floor": "floor", "ceil": "ceil", "sin": "sin", "cos": "cos", "pow": "pow",
                 "fma": "fma", "abs": "fabs"}
-_VECTOR_MATH = {"sqrt", "fma", "abs", "exp", "reduce_add", "reduce_max", "reduce_min"}
+_VECTOR_MATH = {"sqrt", "rsqrt", "fma", "abs", "exp", "log", "tanh", "erf", "sigmoid", "floor", "ceil",
+                "pow", "reduce_add", "reduce_max", "reduce_min"}
+# f32x4 primitives that are plain SSE instructions; the others need AVX2 and FMA.
+_SSE_VECTOR_MATH = {"sqrt", "rsqrt", "floor", "ceil"}
 #: Local buffers up to this many bytes live on the stack; larger ones on the heap.
 STACK_LIMIT = 64 * 1024
+
+
+# Names the headers of every generated file declare: a kernel may not take them as its symbol.
+_C_LIBRARY = frozenset("""exp expf exp2 expm1 log logf log2 log10 log1p sqrt sqrtf cbrt pow powf abs labs
+    fabs fabsf floor floorf ceil ceilf round trunc fmod remainder sin cos tan asin acos atan atan2
+    sinh cosh tanh asinh acosh atanh erf erff erfc tgamma lgamma fma fmax fmin hypot ldexp frexp
+    modf copysign nan isnan isinf signbit div ldiv free malloc calloc realloc aligned_alloc exit
+    abort atexit rand srand qsort bsearch atoi atof strtol strtod getenv system min max main""".split())
+
+
+def c_symbol(name: str) -> str:
+    """The exported C symbol of a function named ``name``: the name itself unless a C keyword or
+    a library function has it (an operator called ``exp`` is exported as ``exp_kernel``)."""
+    return f"{name}_kernel" if name in _C_KEYWORDS or name in _C_LIBRARY or name.startswith("_") else name
 
 
 def c_name(name: str) -> str:
@@ -61,9 +91,13 @@ def c_type(t: Type, where: str = "") -> str:
 def _vector_info(t: VectorType, where: str) -> tuple[str, str, str]:
     info = _C_VECTOR.get((t.base.name, t.lanes))
     if info is None:
-        supported = ", ".join(f"{b[:1]}{b[5:]}x{n}" for b, n in _C_VECTOR)
+        supported = ", ".join(repr(VectorType(dtype(b), n)) for b, n in _C_VECTOR)
         raise CodegenError(f"{where}: the C backend has no vector type {t!r}; supported: {supported}")
     return info
+
+
+def _is_mask(t: Type) -> bool:
+    return isinstance(t, VectorType) and t.base.is_bool()
 
 
 def _float_literal(v: float, t: DataType) -> str:
@@ -106,7 +140,7 @@ class _FunctionCodegen:
             return c_name(e.name), _ATOM
         if isinstance(e, E.Constant):
             return self.constant(e)
-        if isinstance(e.type, VectorType) and not isinstance(e, (E.TensorElement, E.VectorLoad, E.Broadcast, E.Call)):
+        if isinstance(e.type, VectorType) and not isinstance(e, (E.TensorElement, E.VectorLoad, E.Call)):
             return self.vector_op(e), _ATOM
         if isinstance(e, E.Binary):
             t = e.a.type
@@ -130,14 +164,14 @@ class _FunctionCodegen:
                 return f"tl_f32_to_bf16((float){self._paren(e.value, 14)})", _ATOM
             return f"({c_type(dst)}){self._paren(e.value, 14)}", 14
         if isinstance(e, E.Select):
+            if isinstance(e.cond.type, VectorType):
+                raise CodegenError(f"{self.where}: select() with the vector condition `{e.cond!r}` needs vector "
+                                   f"branches of {e.cond.type.lanes} lanes, got {e.type!r} in `{e!r}`")
             return f"{self._paren(e.cond, 3)} ? {self._paren(e.a, 3)} : {self._paren(e.b, 2)}", 2
         if isinstance(e, E.TensorElement):
             return f"{self._paren(e.tensor, _ATOM)}[{self.index(e)}]", _ATOM
         if isinstance(e, E.VectorLoad):
             return self.vector_load(e), _ATOM
-        if isinstance(e, E.Broadcast):
-            ctype, prefix, _ = self.vinfo(e.type)  # type: ignore[arg-type]
-            return f"{prefix}_set1_ps({self.expr(e.value)})", _ATOM
         if isinstance(e, E.Call):
             return self.call(e), _ATOM
         raise CodegenError(f"{self.where}: the C backend cannot emit {type(e).__name__} `{e!r}`")
@@ -174,15 +208,7 @@ class _FunctionCodegen:
         args = ", ".join(self.expr(a) for a in e.args)
         t = e.args[0].type
         if isinstance(t, VectorType):
-            if e.func not in _VECTOR_MATH:
-                raise CodegenError(f"{self.where}: {e.func}() on vectors {t!r} is not supported by the "
-                                   f"C backend (vector primitives: {', '.join(sorted(_VECTOR_MATH))})")
-            ctype, prefix, _ = self.vinfo(t)
-            if e.func in ("sqrt",):
-                return f"{prefix}_sqrt_ps({args})"
-            if e.func == "fma":
-                return f"{prefix}_fmadd_ps({args})"
-            return f"tl_{e.func}_f32x{t.lanes}({args})"
+            return self.vector_call(e, t, args)
         assert isinstance(t, DataType)
         if e.func in ("reduce_add", "reduce_max", "reduce_min"):
             raise CodegenError(f"{self.where}: {e.func}() needs a vector argument")
@@ -213,20 +239,137 @@ class _FunctionCodegen:
                                f"lacks; choose lanes with target.vector_lanes(dtype)")
         return info
 
+    def vector_call(self, e: E.Call, t: VectorType, args: str) -> str:
+        if e.func not in _VECTOR_MATH:
+            raise CodegenError(f"{self.where}: {e.func}() on vectors {t!r} is not supported by the "
+                               f"C backend (vector primitives: {', '.join(sorted(_VECTOR_MATH))})")
+        if t.base.name != "float32":
+            raise CodegenError(f"{self.where}: {e.func}() on {t!r} vectors is not supported by the C backend; "
+                               f"vector primitives take f32 vectors (in `{e!r}`)")
+        ctype, prefix, _ = self.vinfo(t)
+        if t.lanes == 4 and e.func not in _SSE_VECTOR_MATH and not (self.target.has("avx2") and self.target.has("fma")):
+            raise CodegenError(f"{self.where}: {e.func}() on f32x4 vectors needs avx2 and fma, which target "
+                               f"{self.target.key()} lacks")
+        if e.func == "sqrt":
+            return f"{prefix}_sqrt_ps({args})"
+        if e.func == "rsqrt":  # exact 1/sqrt, not the 12-bit rsqrt estimate
+            return f"{prefix}_div_ps({prefix}_set1_ps(1.0f), {prefix}_sqrt_ps({args}))"
+        if e.func == "fma":
+            return f"{prefix}_fmadd_ps({args})"
+        if e.func in ("floor", "ceil"):
+            if t.lanes == 16:
+                mode = "_MM_FROUND_TO_NEG_INF" if e.func == "floor" else "_MM_FROUND_TO_POS_INF"
+                return f"_mm512_roundscale_ps({args}, {mode} | _MM_FROUND_NO_EXC)"
+            return f"{prefix}_{e.func}_ps({args})"
+        return f"tl_{e.func}_f32x{t.lanes}({args})"
+
     def vector_op(self, e: E.Expr) -> str:
         t = e.type
         assert isinstance(t, VectorType)
+        if isinstance(e, E.Cast):
+            return self.vector_cast(e, t)
         ctype, prefix, _ = self.vinfo(t)
-        if isinstance(e, E.Binary) and e.op in ("add", "sub", "mul", "div", "min", "max"):
-            return f"{prefix}_{e.op}_ps({self.expr(e.a)}, {self.expr(e.b)})"
-        if isinstance(e, E.Unary) and e.op == "neg":
-            return f"{prefix}_sub_ps({prefix}_setzero_ps(), {self.expr(e.a)})"
-        raise CodegenError(f"{self.where}: `{e!r}` on {t!r} vectors is not supported by the C backend")
+        if isinstance(e, E.Broadcast):
+            return self.vector_broadcast(e, t, prefix)
+        if isinstance(e, E.Select):
+            return self.vector_select(e, t, prefix)
+        if isinstance(e, E.Binary) and _is_mask(e.a.type):
+            return self.mask_binary(e, t, prefix)
+        if isinstance(e, E.Unary) and _is_mask(t) and e.op == "not":
+            return self.mask_not(self.expr(e.a), t, prefix)
+        if t.base.name == "float32" or _is_mask(t) and e.a.type.base.name == "float32":  # type: ignore[attr-defined]
+            if isinstance(e, E.Binary) and e.op in ("add", "sub", "mul", "div", "min", "max"):
+                return f"{prefix}_{e.op}_ps({self.expr(e.a)}, {self.expr(e.b)})"
+            if isinstance(e, E.Binary) and e.op in _CMP_PREDICATE:
+                return self.vector_compare(e.op, self.expr(e.a), self.expr(e.b), t.lanes, prefix)
+            if isinstance(e, E.Unary) and e.op == "neg":  # flips the sign bit: -(0.0) is -0.0
+                neg = "tl_xor_f32x16" if t.lanes == 16 else f"{prefix}_xor_ps"
+                return f"{neg}({self.expr(e.a)}, {prefix}_set1_ps(-0.0f))"
+        what = (f"the operator `{e.op}`" if isinstance(e, (E.Binary, E.Unary)) else type(e).__name__)
+        operands = f"{e.a.type!r} operands" if isinstance(e, (E.Binary, E.Unary)) else f"{t!r} vectors"
+        raise CodegenError(f"{self.where}: {what} on {operands} is not supported by the C backend (in `{e!r}`)")
+
+    @staticmethod
+    def vector_compare(op: str, a: str, b: str, lanes: int, prefix: str) -> str:
+        if lanes == 16:
+            return f"_mm512_cmp_ps_mask({a}, {b}, {_CMP_PREDICATE[op]})"
+        if lanes == 4:
+            return f"{_SSE_CMP[op]}({a}, {b})"
+        return f"{prefix}_cmp_ps({a}, {b}, {_CMP_PREDICATE[op]})"
+
+    @staticmethod
+    def _all_ones(prefix: str) -> str:
+        bits = "si256" if prefix == "_mm256" else "si128"
+        return f"{prefix}_cast{bits}_ps({prefix}_set1_epi32(-1))"
+
+    def mask_not(self, a: str, t: VectorType, prefix: str) -> str:
+        if t.lanes == 16:
+            return f"_knot_mask16({a})"
+        return f"{prefix}_xor_ps({a}, {self._all_ones(prefix)})"
+
+    def mask_binary(self, e: E.Binary, t: VectorType, prefix: str) -> str:
+        a, b = self.expr(e.a), self.expr(e.b)
+        if t.lanes == 16:
+            k = {"and": "_kand_mask16", "or": "_kor_mask16", "eq": "_kxnor_mask16", "ne": "_kxor_mask16"}.get(e.op)
+            if k is not None:
+                return f"{k}({a}, {b})"
+        elif e.op in ("and", "or"):
+            return f"{prefix}_{e.op}_ps({a}, {b})"
+        elif e.op in ("eq", "ne"):
+            differ = f"{prefix}_xor_ps({a}, {b})"
+            return differ if e.op == "ne" else self.mask_not(differ, t, prefix)
+        raise CodegenError(f"{self.where}: the operator `{e.op}` on vector bools {e.a.type!r} is not supported by "
+                           f"the C backend; masks combine with and, or, not, == and != (in `{e!r}`)")
+
+    def vector_broadcast(self, e: E.Broadcast, t: VectorType, prefix: str) -> str:
+        v = self.expr(e.value)
+        if t.base.name == "float32":
+            return f"{prefix}_set1_ps({v})"
+        # a bool splat: every lane all ones (true) or all zeros (false)
+        if t.lanes == 16:
+            return f"({self._paren(e.value, 3)} ? (__mmask16)0xffff : (__mmask16)0)"
+        bits = "si256" if prefix == "_mm256" else "si128"
+        return f"{prefix}_cast{bits}_ps({prefix}_set1_epi32(-(int32_t){self._paren(e.value, 14)}))"
+
+    def vector_select(self, e: E.Select, t: VectorType, prefix: str) -> str:
+        c, a, b = self.expr(e.cond), self.expr(e.a), self.expr(e.b)
+        ct = e.cond.type
+        if not isinstance(ct, VectorType):
+            return f"({self._paren(e.cond, 3)} ? {self._paren(e.a, 3)} : {self._paren(e.b, 2)})"
+        if ct.lanes != t.lanes:
+            raise CodegenError(f"{self.where}: select() with a {ct!r} condition and {t!r} branches; the lane "
+                               f"counts must match (in `{e!r}`)")
+        if t.lanes == 16:
+            if _is_mask(t):
+                return f"_kor_mask16(_kand_mask16({c}, {a}), _kandn_mask16({c}, {b}))"
+            return f"_mm512_mask_blend_ps({c}, {b}, {a})"
+        return f"{prefix}_blendv_ps({b}, {a}, {c})"  # masks are all-ones lanes, so this also selects masks
+
+    def vector_cast(self, e: E.Cast, t: VectorType) -> str:
+        src = e.value.type
+        if not ((_is_mask(src) and t.base.name == "float32")
+                or (_is_mask(t) and isinstance(src, VectorType) and src.base.name == "float32")):
+            raise CodegenError(f"{self.where}: a cast from {src!r} to {t!r} is not supported by the C backend; "
+                               f"vector casts are between f32 and bool vectors (in `{e!r}`)")
+        ctype, prefix, _ = self.vinfo(t)
+        v = self.expr(e.value)
+        if _is_mask(src):  # true -> 1.0, false -> 0.0
+            if t.lanes == 16:
+                return f"_mm512_maskz_mov_ps({v}, _mm512_set1_ps(1.0f))"
+            return f"{prefix}_and_ps({v}, {prefix}_set1_ps(1.0f))"
+        return self.vector_compare("ne", v, f"{prefix}_setzero_ps()", t.lanes, prefix)  # x != 0: NaN is true
+
+    def _f32_vector(self, t: Type, what: str) -> None:
+        if not (isinstance(t, VectorType) and t.base.name == "float32"):
+            raise CodegenError(f"{self.where}: {what} of {t!r} vectors is not supported by the C backend; "
+                               "only f32 vectors are loaded and stored (turn a mask into floats with "
+                               "select(mask, 1.0, 0.0))")
 
     def _address(self, tensor: E.Expr, index: str) -> str:
         return f"&{self._paren(tensor, _ATOM)}[{index}]"
 
     def vector_load(self, e: E.VectorLoad) -> str:
+        self._f32_vector(e.type, "a vector load")
         ctype, prefix, _ = self.vinfo(e.type)  # type: ignore[arg-type]
         addr = self._address(e.tensor, self.index(e))
         if e.count is None:
@@ -237,6 +380,7 @@ class _FunctionCodegen:
 
     def vector_store(self, s: S.VectorStore) -> str:
         t = s.value.type
+        self._f32_vector(t, "a vector store")
         ctype, prefix, _ = self.vinfo(t)  # type: ignore[arg-type]
         addr = self._address(s.tensor, self.index(s))
         v = self.expr(s.value)
@@ -342,7 +486,7 @@ class _FunctionCodegen:
         if doc:
             self.lines += ["/*", *(f" * {l}".rstrip() for l in doc.splitlines()), " */"]
         params = ", ".join(self.param(p) for p in self.fn.params) or "void"
-        self.emit(0, f"void {c_name(self.fn.name)}({params}) {{")
+        self.emit(0, f"void {c_symbol(self.fn.name)}({params}) {{")
         self.block(self.fn.body, 1)
         self.emit(0, "}")
         return "\n".join(self.lines)

@@ -108,7 +108,8 @@ def asarray(data: Any, dtype: T.DataType | str | None = None) -> Tensor:
         arr = arr.astype(np.float32)  # Python floats default to float32, as in torch
     if arr.dtype == np.int64 and want is None and not isinstance(data, np.ndarray):
         arr = arr.astype(np.int64)
-    arr = np.ascontiguousarray(arr)
+    if not arr.flags.c_contiguous:
+        arr = np.ascontiguousarray(arr)  # (np.ascontiguousarray would also turn 0-d into 1-d)
     try:
         dt = T.dtype(arr.dtype)
     except Exception:

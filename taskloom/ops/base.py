@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
 from taskloom.errors import OpError
 from taskloom.graph.eager import run_eager
 from taskloom.graph.tensor import Tensor, asarray
@@ -36,8 +38,11 @@ def as_tensor(op: str, arg: str, x: Any, like: Tensor | None = None) -> Tensor:
 
 def normalize_axis(op: str, axis: int, ndim: int, arg: str = "axis") -> int:
     """``axis`` in ``[0, ndim)``; negative axes count from the end."""
-    if isinstance(axis, bool) or not isinstance(axis, int):
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
         raise OpError(f"{op}(): '{arg}' must be an int, got {axis!r}")
+    axis = int(axis)
+    if ndim == 0 and axis in (0, -1):
+        return 0  # a 0-d tensor accepts axis 0 or -1, as in torch
     if not -ndim <= axis < max(ndim, 1):
         raise OpError(f"{op}(): '{arg}'={axis} is out of range for a {ndim}-d tensor "
                       f"(valid: {-ndim}..{max(ndim - 1, 0)})")
@@ -48,7 +53,12 @@ def normalize_axes(op: str, axes: Any, ndim: int, arg: str = "axis") -> list[int
     """A sorted list of distinct axes; None means every axis."""
     if axes is None:
         return list(range(ndim))
-    items = [axes] if isinstance(axes, int) else list(axes)
+    if isinstance(axes, (int, np.integer)):
+        items = [axes]
+    elif isinstance(axes, (list, tuple)):
+        items = list(axes)
+    else:
+        raise OpError(f"{op}(): '{arg}' must be an int, a sequence of ints or None, got {axes!r}")
     out = sorted({normalize_axis(op, a, ndim, arg) for a in items})
     if len(out) != len(items):
         raise OpError(f"{op}(): '{arg}' repeats an axis: {axes}")

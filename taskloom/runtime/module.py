@@ -382,16 +382,17 @@ def load_module(lib_path: str | Path, signatures: Sequence[Mapping[str, Any]],
         library = ctypes.CDLL(str(path.resolve()))
     except OSError as exc:
         raise LoadError(f"cannot load {path}: {exc}") from None
-    for symbol in (SET_THREADS_SYMBOL, GET_THREADS_SYMBOL, *names):
+    symbols = [s.c_symbol for s in parsed]
+    for symbol in (SET_THREADS_SYMBOL, GET_THREADS_SYMBOL, *symbols):
         try:
             library[symbol]
         except AttributeError:
-            what = "kernel" if symbol in names else "thread-control function"
+            what = "kernel" if symbol in symbols else "thread-control function"
             raise LoadError(f"{path} does not export the {what} {symbol!r}; a taskloom library "
                             f"exports every kernel of its signatures and {SET_THREADS_SYMBOL}/"
                             f"{GET_THREADS_SYMBOL}")
 
-    kernels = {sig.name: Kernel(sig, library[sig.name], raw, str(path))
+    kernels = {sig.name: Kernel(sig, library[sig.c_symbol], raw, str(path))
                for sig, raw in zip(parsed, signatures)}
     if source_path is None:
         sibling = path.with_name("source.c")

@@ -85,6 +85,11 @@ class Signature:
 
     name: str
     params: tuple[Param, ...]
+    symbol: str = ""  # the exported C symbol, when it differs from the name
+
+    @property
+    def c_symbol(self) -> str:
+        return self.symbol or self.name
 
 
 def parse_signature(data: Mapping[str, Any]) -> Signature:
@@ -135,7 +140,10 @@ def parse_signature(data: Mapping[str, Any]) -> Signature:
             where = f"kernel {name!r}, parameter {p['name']!r}"
             shape = tuple(_parse_dim(entry, int_scalars, where) for entry in p["shape"])
         params.append(Param(index, p["name"], p["kind"], p["dtype"], shape, p["written"]))
-    return Signature(name, tuple(params))
+    symbol = data.get("symbol", name)
+    if not _is_identifier(symbol):
+        raise LoadError(f"kernel {name!r} has an invalid symbol {symbol!r}; expected a C identifier")
+    return Signature(name, tuple(params), symbol if symbol != name else "")
 
 
 # -- shape entries -----------------------------------------------------------------------

@@ -36,6 +36,8 @@ from taskloom.transforms.names import NameGen
 #: Elements of the last axis per parallel block of an injective node: enough work per
 #: block to amortize the loop, small enough to spread a single row over every core.
 BLOCK = 4096
+#: The same for a 1-d node whose every element is a reduction.
+REDUCE_BLOCK = 64
 
 _INIT = {"sum": 0.0, "mean": 0.0, "max": -math.inf, "min": math.inf, "prod": 1.0}
 _COMBINE = {"sum": "add", "mean": "add", "max": "max", "min": "min", "prod": "mul"}
@@ -190,15 +192,16 @@ def _node_nest(n: GridCompute, ctx: _Ctx, outputs: Sequence[GridCompute]) -> S.S
     """A node on its own: parallel over its outer axes (and blocks of its last axis)."""
     if not n.shape:
         return _node_body(n, ctx, {}, True)
-    if collect(n.value, ReduceCompute):
-        outer = n.shape[:-1] if len(n.shape) > 1 else ()
+    reduces = bool(collect(n.value, ReduceCompute))
+    if reduces and len(n.shape) > 1:
+        outer = n.shape[:-1]
         t = E.Var(ctx.names.fresh("o"), index_type)
-        if not outer:
-            return _node_body(n, ctx, {}, True)
         body = _node_body(n, ctx, dict(zip(n.axes[:-1], _unravel(t, outer))), True)
         return S.For(t, _prod(outer), body, "parallel")
+    # each element of a 1-d reduction is a whole reduction: far smaller blocks spread it
+    block = REDUCE_BLOCK if reduces else BLOCK
     *outer, last = n.shape
-    nb = E.cdiv(last, BLOCK) if not (isinstance(last, E.Constant) and last.value <= BLOCK) else E.as_expr(1)
+    nb = E.cdiv(last, block) if not (isinstance(last, E.Constant) and last.value <= block) else E.as_expr(1)
     t = E.Var(ctx.names.fresh("blk"), index_type)
     if E.is_const(nb, 1):
         o, b = t, E.as_expr(0)
@@ -209,8 +212,8 @@ def _node_nest(n: GridCompute, ctx: _Ctx, outputs: Sequence[GridCompute]) -> S.S
         return S.For(t, _prod(outer), _row(n, ctx, bind, E.as_expr(0), last), "parallel")
     start = E.Var(ctx.names.fresh("start"), index_type)
     length = E.Var(ctx.names.fresh("length"), index_type)
-    body = S.seq([S.Comment(f"blocks of {BLOCK} along the last axis spread even one row over every core"),
-                  S.Let(start, b * BLOCK), S.Let(length, E.minimum(last - start, BLOCK)),
+    body = S.seq([S.Comment(f"blocks of {block} along the last axis spread even one row over every core"),
+                  S.Let(start, b * block), S.Let(length, E.minimum(last - start, block)),
                   _row(n, ctx, bind, start, length)])
     return S.For(t, _prod([*outer, nb]) if outer else nb, body, "parallel")
 

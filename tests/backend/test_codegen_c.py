@@ -240,3 +240,17 @@ def test_vector_reductions(spec):
     out = np.empty(3, np.float32)
     taskloom.build(make_reductions(target), target)["reductions"](x, out)
     np.testing.assert_allclose(out, [x.sum(), x.max(), np.abs(x).min()], rtol=1e-6)
+
+
+def test_a_kernel_named_like_a_libc_function_gets_its_own_symbol():
+    @kernel
+    def exp(N: i32, x: f32[N], y: f32[N]):
+        for i in range(N):
+            y[i] = exp(x[i])
+
+    mod = taskloom.build(exp)
+    x = np.linspace(-1, 1, 5, dtype=np.float32)
+    y = np.empty_like(x)
+    mod["exp"](x, y)
+    np.testing.assert_allclose(y, np.exp(x), rtol=1e-6)
+    assert "void exp_kernel(" in open(mod.source_path).read()

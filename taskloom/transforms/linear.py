@@ -100,11 +100,26 @@ def linear_form(e: Expr) -> Linear:
         else:
             sa, sb = a.single(), b.single()
             if sa is not None and sb is not None:  # (i*4) * j -> (i*j) * 4
-                out.add_term(Binary("mul", sa[0], sb[0]), sa[1] * sb[1])
+                out.add_term(_product(sa[0], sb[0]), sa[1] * sb[1])
             else:
-                out.add_term(Binary("mul", a.to_expr(), b.to_expr()), 1)
+                out.add_term(_product(a.to_expr(), b.to_expr()), 1)
     else:
         out.add_term(e, 1)
+    return out
+
+
+def _factors(e: Expr) -> list[Expr]:
+    if isinstance(e, Binary) and e.op == "mul":
+        return _factors(e.a) + _factors(e.b)
+    return [e]
+
+
+def _product(a: Expr, b: Expr) -> Expr:
+    """``a * b`` with its factors in a canonical order, so ``B * S`` and ``S * B`` are one term."""
+    factors = sorted(_factors(a) + _factors(b), key=repr)
+    out = factors[0]
+    for f in factors[1:]:
+        out = Binary("mul", out, f)
     return out
 
 
@@ -126,6 +141,8 @@ def recombine_div_mod(form: Linear, simplify: Callable[[Expr], Expr]) -> bool:
     These hold for every sign of ``x`` (truncating ``//`` and ``%`` nest like floored ones:
     ``(x // c) // d == x // (c*d)``), so no bounds are needed. Returns whether the form changed.
     """
+    if _recombine_symbolic(form):
+        return True
     for t, kt in list(form.terms.items()):
         outer = _div_mod_parts(t, "mod")
         inner, d = (outer[0], outer[1]) if outer and _div_mod_parts(outer[0], "div") else (t, None)
@@ -150,4 +167,21 @@ def recombine_div_mod(form: Linear, simplify: Callable[[Expr], Expr]) -> bool:
             form.add(xs, k)  # cancels the terms of -k * x, and adds k times x's constant
             form.add_term(rem, -k)
             return True
+    return False
+
+
+def _recombine_symbolic(form: Linear) -> bool:
+    """``k * ((x // m) * m) + k * (x % m) -> k * x`` for a divisor ``m`` that is not a constant
+    (a symbolic dimension): the same identity, matched on the product term as a whole."""
+    for t, kt in list(form.terms.items()):
+        if not (isinstance(t, Binary) and t.op == "mul"):
+            continue
+        for div, m in ((t.a, t.b), (t.b, t.a)):
+            if isinstance(div, Binary) and div.op == "div" and div.b == m and not isinstance(m, Constant):
+                rem = Binary("mod", div.a, m)
+                if form.terms.get(rem) == kt:
+                    form.add_term(t, -kt)
+                    form.add_term(rem, -kt)
+                    form.add(linear_form(div.a), kt)
+                    return True
     return False

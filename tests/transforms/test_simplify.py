@@ -497,3 +497,12 @@ def test_simplification_keeps_the_value(data, e):
 @given(data=st.data(), e=_index_exprs())
 def test_simplification_keeps_the_value_of_index_arithmetic(data, e):
     _check_same_values(data, e, lowest=-2)
+
+
+def test_div_mod_recombine_with_a_symbolic_divisor():
+    i, m, n = var("i"), var("m"), var("n")
+    assert simplify_expr((i // m) * m + i % m) == i
+    assert simplify_expr(m * (i // m) + i % m - i) == const(0)
+    assert simplify_expr(((i // m) * m + i % m) * n + 3) == i * n + 3
+    # different divisors do not combine
+    assert simplify_expr((i // m) * n + i % m) != i

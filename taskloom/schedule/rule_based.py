@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 from taskloom.errors import TransformError
 from taskloom.ir import expr as E
@@ -29,6 +29,7 @@ from taskloom.ir import stmt as S
 from taskloom.ir.compute import GridCompute, ReduceCompute, Task, TensorInput
 from taskloom.ir.dtypes import DataType, TensorType, float32, index_type
 from taskloom.ir.functor import Rewriter, collect, substitute
+from taskloom.schedule.interior import interior
 from taskloom.schedule.vectorize import vectorize_expr
 from taskloom.target.cpu import CpuTarget
 from taskloom.transforms.names import NameGen
@@ -254,25 +255,52 @@ def _row(n: GridCompute, ctx: _Ctx, bind: dict[E.Var, E.Expr], start: E.Expr, le
     var = ctx.tensors[n]
     if n in ctx.local:
         idx = idx[ctx.prefix:]
-    lanes = ctx.lanes
     out_idx = lambda jj: (*idx, start + jj)  # noqa: E731
     if n.dtype == float32:
-        c = E.Var(ctx.names.fresh("c"), index_type)
-        full = _vector_chunk(value, j, c * lanes, None, ctx)
-        if full is not None:
-            tail0 = E.Var(ctx.names.fresh("tail"), index_type)
-            rest = E.Var(ctx.names.fresh("rest"), index_type)
-            tail = _vector_chunk(value, j, tail0, rest, ctx)
-            assert tail is not None
-            return S.seq([*pre,
-                          S.For(c, length // lanes, S.seq([*full[0], S.VectorStore(var, out_idx(c * lanes), full[1])])),
-                          S.Let(tail0, length // lanes * lanes), S.Let(rest, length - tail0),
-                          S.If(0 < rest, S.seq([*tail[0], S.VectorStore(var, out_idx(tail0), tail[1], rest)]))])
-    # scalar fallback: reductions that need j are computed per element
-    body_value, body_pre = _reduce_all(value, ctx)
-    loop = S.For(j, length, S.seq([*body_pre, S.BufferStore(var, out_idx(j), body_value)]),
+        span = _vector_span(value, j, E.as_expr(0), length, var, out_idx, ctx)
+        if span is not None:
+            return S.seq([*pre, span])
+        split = interior(value, j)
+        if split is not None:
+            # vectorize where every bounds check passes; the edges keep their checks
+            lo_e, hi_e, inner = split
+            lo, hi = E.Var(ctx.names.fresh("lo"), index_type), E.Var(ctx.names.fresh("hi"), index_type)
+            lo_v = E.as_expr(0) if lo_e is None else E.minimum(E.maximum(lo_e, 0), length)
+            hi_v = length if hi_e is None else E.maximum(E.minimum(hi_e, length), lo)
+            span = _vector_span(inner, j, lo, hi - lo, var, out_idx, ctx)
+            if span is not None:
+                return S.seq([*pre, S.Comment("bounds checks only at the edges of the row"),
+                              S.Let(lo, lo_v), S.Let(hi, hi_v),
+                              _scalar_span(value, j, E.as_expr(0), lo, var, out_idx, ctx), span,
+                              _scalar_span(value, j, hi, length - hi, var, out_idx, ctx)])
+    return S.seq([*pre, _scalar_span(value, j, E.as_expr(0), length, var, out_idx, ctx)])
+
+
+def _vector_span(value: E.Expr, j: E.Var, base: E.Expr, count: E.Expr, var: E.Var, out_idx: Any,
+                 ctx: _Ctx) -> S.Stmt | None:
+    """``value`` stored for ``j`` in ``[base, base + count)``: full vectors, then one masked tail."""
+    lanes = ctx.lanes
+    c = E.Var(ctx.names.fresh("c"), index_type)
+    full = _vector_chunk(value, j, base + c * lanes, None, ctx)
+    if full is None:
+        return None
+    tail0 = E.Var(ctx.names.fresh("tail"), index_type)
+    rest = E.Var(ctx.names.fresh("rest"), index_type)
+    tail = _vector_chunk(value, j, base + tail0, rest, ctx)
+    assert tail is not None
+    return S.seq([S.For(c, count // lanes, S.seq([*full[0], S.VectorStore(var, out_idx(base + c * lanes), full[1])])),
+                  S.Let(tail0, count // lanes * lanes), S.Let(rest, count - tail0),
+                  S.If(0 < rest, S.seq([*tail[0], S.VectorStore(var, out_idx(base + tail0), tail[1], rest)]))])
+
+
+def _scalar_span(value: E.Expr, j: E.Var, base: E.Expr, count: E.Expr, var: E.Var, out_idx: Any,
+                 ctx: _Ctx) -> S.Stmt:
+    """``value`` stored element by element for ``j`` in ``[base, base + count)``; reductions that
+    need ``j`` are computed per element."""
+    jj = E.Var(ctx.names.fresh(j.name), index_type)
+    body_value, body_pre = _reduce_all(substitute(value, {j: base + jj}), ctx)
+    return S.For(jj, count, S.seq([*body_pre, S.BufferStore(var, out_idx(base + jj), body_value)]),
                  "serial" if body_pre else "vectorize")
-    return S.seq([*pre, loop])
 
 
 def _vector_chunk(value: E.Expr, j: E.Var, j0: E.Expr, count: E.Expr | None,

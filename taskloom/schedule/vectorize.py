@@ -57,6 +57,11 @@ class _Vectorizer:
         if isinstance(e, E.Unary) and e.op in ("neg", "not"):
             return E.Unary(e.op, self.vec(e.a))
         if isinstance(e, E.Select):
+            if not (E.free_vars(e.cond) & self.varying):
+                # one condition for every lane: a C conditional, so only the taken branch loads
+                return E.Select(e.cond, self.vec(e.a), self.vec(e.b))
+            # a per-lane condition on float data (an index condition is an int compare, which
+            # is rejected below): both branches read in-range elements, so loading both is safe
             return E.Select(self.vec(e.cond), self.vec(e.a), self.vec(e.b))
         if isinstance(e, E.Call) and e.func in VECTOR_PRIMITIVES and e.type == float32:
             return E.Call(e.func, tuple(self.vec(a) for a in e.args))

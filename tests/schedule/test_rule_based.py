@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import taskloom
-from taskloom.ir import For, VectorLoad, VectorStore, call, collect, f32, i32, ne, var
+from taskloom.ir import (For, VectorLoad, VectorStore, call, collect, f32, i32, logical_and, ne, select,
+                         var)
 from taskloom.ir.compute import Task, compute, reduce, tensor_input
 from taskloom.schedule import schedule_task
 from taskloom.target import get_target, host_target
@@ -154,3 +155,26 @@ def test_reduction_along_columns_inside_an_expression():
     y = np.empty_like(x)
     kernel(x, y)
     np.testing.assert_allclose(y, x - x.mean(0), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("pad,k", [(0, 1), (1, 3), (2, 3), (3, 7), (4, 2)])
+def test_padded_windows_vectorize_the_interior_and_check_only_the_edges(pad, k):
+    """A 1-d padded convolution: out[x] = sum_t select(inside, X[x + t - pad], 0) * W[t]."""
+    L, K = var("L"), var("K")
+    X, Wt = tensor_input("X", f32, [R, L]), tensor_input("W", f32, [K])
+    out = compute("conv1d", [R, L + 2 * pad - K + 1], lambda r, x: reduce(
+        [K], lambda t: select(logical_and(0 <= x + t - pad, x + t - pad < L), X[r, x + t - pad], 0.0) * Wt[t]))
+    kernel, low = build(Task("conv1d", [X, Wt], [out]))
+    text = str(low)
+    if pad:
+        assert "bounds checks only at the edges of the row" in text and "sum_vec" in text
+    for length in (1, k, 5, 40):
+        if length + 2 * pad - k + 1 <= 0:
+            continue
+        x = rng.standard_normal((3, length), dtype=np.float32)
+        w = rng.standard_normal(k, dtype=np.float32)
+        y = np.empty((3, length + 2 * pad - k + 1), np.float32)
+        kernel(x, w, y)
+        xp = np.pad(x, ((0, 0), (pad, pad)))
+        ref = np.stack([np.correlate(row, w, "valid") for row in xp])
+        np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)

@@ -79,7 +79,7 @@ class Tensor:
     __sub__, __rsub__ = _op("sub"), _op("sub", True)
     __mul__, __rmul__ = _op("mul"), _op("mul", True)
     __truediv__, __rtruediv__ = _op("div"), _op("div", True)
-    __pow__ = _op("pow")
+    __pow__, __rpow__ = _op("pow"), _op("pow", True)
     __matmul__ = _op("matmul")
     __lt__, __le__, __gt__, __ge__ = _op("less"), _op("less_equal"), _op("greater"), _op("greater_equal")
     del _op

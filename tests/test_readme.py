@@ -1,4 +1,4 @@
-"""The README's kernel example runs as written."""
+"""The README's examples run as written."""
 from __future__ import annotations
 
 import pathlib
@@ -7,15 +7,28 @@ import re
 import numpy as np
 
 
-def test_readme_kernel_example_runs(capsys, tmp_path):
+def _blocks() -> list[str]:
     text = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
-    assert blocks, "README has no python example"
+    assert len(blocks) >= 2, "README lost an example"
+    return blocks
+
+
+def _run(code: str, path: pathlib.Path) -> dict:
     # run it from a real file: the kernel parser reads a kernel's source from its file
-    path = tmp_path / "readme_example.py"
-    path.write_text(blocks[0])
+    path.write_text(code)
     ns: dict = {"__name__": "readme_example"}
-    exec(compile(blocks[0], str(path), "exec"), ns)
+    exec(compile(code, str(path), "exec"), ns)
+    return ns
+
+
+def test_readme_kernel_example_runs(capsys, tmp_path):
+    ns = _run(_blocks()[0], tmp_path / "kernel_example.py")
     np.testing.assert_array_equal(ns["y"], np.arange(9, dtype=np.float32) * 2)
     out = capsys.readouterr().out
     assert "def scale(N: i32, x: f32[N], y: f32[N]):" in out and "void scale(" in out
+
+
+def test_readme_eager_example_runs(tmp_path):
+    ns = _run(_blocks()[1], tmp_path / "eager_example.py")
+    np.testing.assert_allclose(ns["y"].numpy().sum(axis=-1), 1.0, rtol=1e-5)

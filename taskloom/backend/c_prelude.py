@@ -1,5 +1,8 @@
 """The C prelude every generated translation unit starts with: headers and small helpers
-(bfloat16 conversion, min/max, tail masks, vector reductions and exp)."""
+(bfloat16 conversion, min/max, tail masks, vector reductions) and the vector math of
+:mod:`taskloom.backend.c_vector_math`."""
+
+from taskloom.backend.c_vector_math import VECTOR_MATH
 
 PRELUDE = r"""
 #include <stdint.h>
@@ -36,13 +39,6 @@ static inline float tl_sigmoid_f32(float x) { return 1.0f / (1.0f + expf(-x)); }
 static inline double tl_sigmoid_f64(double x) { return 1.0 / (1.0 + exp(-x)); }
 static inline size_t tl_round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
-/* Vector exp: 2^n * p(r) with x = n*ln2 + r, |r| <= ln2/2, p a degree-6 polynomial
-   (relative error ~1e-7, like expf on the range that matters). */
-#define TL_EXP_POLY(P, r) \
-  P##_fmadd_ps(P##_fmadd_ps(P##_fmadd_ps(P##_fmadd_ps(P##_fmadd_ps(P##_fmadd_ps( \
-    P##_set1_ps(1.0f / 720), r, P##_set1_ps(1.0f / 120)), r, P##_set1_ps(1.0f / 24)), r, \
-    P##_set1_ps(1.0f / 6)), r, P##_set1_ps(0.5f)), r, P##_set1_ps(1.0f)), r, P##_set1_ps(1.0f))
-
 #ifdef __AVX512F__
 static inline __mmask16 tl_mask16(int32_t n) {
   return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
@@ -51,14 +47,6 @@ static inline float tl_reduce_add_f32x16(__m512 v) { return _mm512_reduce_add_ps
 static inline float tl_reduce_max_f32x16(__m512 v) { return _mm512_reduce_max_ps(v); }
 static inline float tl_reduce_min_f32x16(__m512 v) { return _mm512_reduce_min_ps(v); }
 static inline __m512 tl_abs_f32x16(__m512 v) { return _mm512_abs_ps(v); }
-static inline __m512 tl_exp_f32x16(__m512 x) {
-  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.7f)), _mm512_set1_ps(-103.0f));
-  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
-                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);
-  return _mm512_scalef_ps(TL_EXP_POLY(_mm512, r), n);
-}
 #endif
 
 #ifdef __AVX2__
@@ -81,22 +69,5 @@ static inline __m128i tl_mask4(int32_t n) {
 TL_REDUCE(add, add) TL_REDUCE(max, max) TL_REDUCE(min, min)
 static inline __m256 tl_abs_f32x8(__m256 v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v); }
 static inline __m128 tl_abs_f32x4(__m128 v) { return _mm_andnot_ps(_mm_set1_ps(-0.0f), v); }
-static inline __m256 tl_exp_f32x8(__m256 x) {
-  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.3f)), _mm256_set1_ps(-87.3f));
-  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
-                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145752f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.42860677e-6f), r);
-  __m256i e = _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23);
-  return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(TL_EXP_POLY(_mm256, r)), e));
-}
-static inline __m128 tl_exp_f32x4(__m128 x) {
-  x = _mm_max_ps(_mm_min_ps(x, _mm_set1_ps(88.3f)), _mm_set1_ps(-87.3f));
-  __m128 n = _mm_round_ps(_mm_mul_ps(x, _mm_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m128 r = _mm_fnmadd_ps(n, _mm_set1_ps(0.693145752f), x);
-  r = _mm_fnmadd_ps(n, _mm_set1_ps(1.42860677e-6f), r);
-  __m128i e = _mm_slli_epi32(_mm_cvtps_epi32(n), 23);
-  return _mm_castsi128_ps(_mm_add_epi32(_mm_castps_si128(TL_EXP_POLY(_mm, r)), e));
-}
 #endif
-""".strip()
+""".strip() + "\n\n" + VECTOR_MATH

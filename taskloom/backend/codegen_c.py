@@ -277,7 +277,8 @@ class _FunctionCodegen:
             return self.mask_binary(e, t, prefix)
         if isinstance(e, E.Unary) and _is_mask(t) and e.op == "not":
             return self.mask_not(self.expr(e.a), t, prefix)
-        if t.base.name == "float32" or _is_mask(t) and e.a.type.base.name == "float32":  # type: ignore[attr-defined]
+        operand = e.a.type if isinstance(e, (E.Binary, E.Unary)) else t
+        if isinstance(operand, VectorType) and operand.base.name == "float32":
             if isinstance(e, E.Binary) and e.op in ("add", "sub", "mul", "div", "min", "max"):
                 return f"{prefix}_{e.op}_ps({self.expr(e.a)}, {self.expr(e.b)})"
             if isinstance(e, E.Binary) and e.op in _CMP_PREDICATE:
@@ -285,8 +286,8 @@ class _FunctionCodegen:
             if isinstance(e, E.Unary) and e.op == "neg":  # flips the sign bit: -(0.0) is -0.0
                 neg = "tl_xor_f32x16" if t.lanes == 16 else f"{prefix}_xor_ps"
                 return f"{neg}({self.expr(e.a)}, {prefix}_set1_ps(-0.0f))"
-        what = (f"the operator `{e.op}`" if isinstance(e, (E.Binary, E.Unary)) else type(e).__name__)
-        operands = f"{e.a.type!r} operands" if isinstance(e, (E.Binary, E.Unary)) else f"{t!r} vectors"
+        what = f"the operator `{e.op}`" if isinstance(e, (E.Binary, E.Unary)) else type(e).__name__
+        operands = f"{operand!r} operands" if isinstance(e, (E.Binary, E.Unary)) else f"{t!r} vectors"
         raise CodegenError(f"{self.where}: {what} on {operands} is not supported by the C backend (in `{e!r}`)")
 
     @staticmethod

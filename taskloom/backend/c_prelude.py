@@ -27,7 +27,12 @@ static inline tl_bf16 tl_f32_to_bf16(float x) {
 #define TL_MINMAX(T, S) \
   static inline T tl_min_##S(T a, T b) { return a < b ? a : b; } \
   static inline T tl_max_##S(T a, T b) { return a > b ? a : b; }
-TL_MINMAX(double, f64) TL_MINMAX(float, f32) TL_MINMAX(_Float16, f16)
+/* Float min/max propagate NaN from either side, as torch and numpy do (C's a > b ? a : b
+   would drop a NaN in a). */
+#define TL_FMINMAX(T, S) \
+  static inline T tl_min_##S(T a, T b) { return (a < b || a != a) ? a : b; } \
+  static inline T tl_max_##S(T a, T b) { return (a > b || a != a) ? a : b; }
+TL_FMINMAX(double, f64) TL_FMINMAX(float, f32) TL_FMINMAX(_Float16, f16)
 TL_MINMAX(int64_t, i64) TL_MINMAX(int32_t, i32) TL_MINMAX(int16_t, i16) TL_MINMAX(int8_t, i8)
 TL_MINMAX(uint8_t, u8) TL_MINMAX(bool, boolean)
 static inline int64_t tl_abs_i64(int64_t a) { return a < 0 ? -a : a; }
@@ -44,8 +49,20 @@ static inline __mmask16 tl_mask16(int32_t n) {
   return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
 }
 static inline float tl_reduce_add_f32x16(__m512 v) { return _mm512_reduce_add_ps(v); }
-static inline float tl_reduce_max_f32x16(__m512 v) { return _mm512_reduce_max_ps(v); }
-static inline float tl_reduce_min_f32x16(__m512 v) { return _mm512_reduce_min_ps(v); }
+/* max_ps/min_ps return their second operand when either is NaN; these keep a NaN in the
+   first one too, so a NaN anywhere in a max or min reaches the result. */
+static inline __m512 tl_max_f32x16(__m512 a, __m512 b) {
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), _mm512_max_ps(a, b), a);
+}
+static inline __m512 tl_min_f32x16(__m512 a, __m512 b) {
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), _mm512_min_ps(a, b), a);
+}
+static inline float tl_reduce_max_f32x16(__m512 v) {
+  return _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) ? NAN : _mm512_reduce_max_ps(v);
+}
+static inline float tl_reduce_min_f32x16(__m512 v) {
+  return _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) ? NAN : _mm512_reduce_min_ps(v);
+}
 static inline __m512 tl_abs_f32x16(__m512 v) { return _mm512_abs_ps(v); }
 #endif
 
@@ -66,7 +83,14 @@ static inline __m128i tl_mask4(int32_t n) {
   static inline float tl_reduce_##NAME##_f32x8(__m256 v) { \
     return tl_reduce_##NAME##_f32x4(_mm_##OP##_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1))); \
   }
-TL_REDUCE(add, add) TL_REDUCE(max, max) TL_REDUCE(min, min)
+TL_REDUCE(add, add) TL_REDUCE(halve_max, max) TL_REDUCE(halve_min, min)
+/* NaN-propagating max/min, lane-wise and horizontal (see the AVX-512 versions above) */
+#define TL_VMINMAX(W, P, V, ANY_NAN) \
+  static inline V tl_max_f32x##W(V a, V b) { return P##_blendv_ps(P##_max_ps(a, b), a, P##_cmp_ps(a, a, _CMP_UNORD_Q)); } \
+  static inline V tl_min_f32x##W(V a, V b) { return P##_blendv_ps(P##_min_ps(a, b), a, P##_cmp_ps(a, a, _CMP_UNORD_Q)); } \
+  static inline float tl_reduce_max_f32x##W(V v) { return ANY_NAN(P##_cmp_ps(v, v, _CMP_UNORD_Q)) ? NAN : tl_reduce_halve_max_f32x##W(v); } \
+  static inline float tl_reduce_min_f32x##W(V v) { return ANY_NAN(P##_cmp_ps(v, v, _CMP_UNORD_Q)) ? NAN : tl_reduce_halve_min_f32x##W(v); }
+TL_VMINMAX(8, _mm256, __m256, _mm256_movemask_ps) TL_VMINMAX(4, _mm, __m128, _mm_movemask_ps)
 static inline __m256 tl_abs_f32x8(__m256 v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v); }
 static inline __m128 tl_abs_f32x4(__m128 v) { return _mm_andnot_ps(_mm_set1_ps(-0.0f), v); }
 #endif

@@ -279,8 +279,10 @@ class _FunctionCodegen:
             return self.mask_not(self.expr(e.a), t, prefix)
         operand = e.a.type if isinstance(e, (E.Binary, E.Unary)) else t
         if isinstance(operand, VectorType) and operand.base.name == "float32":
-            if isinstance(e, E.Binary) and e.op in ("add", "sub", "mul", "div", "min", "max"):
+            if isinstance(e, E.Binary) and e.op in ("add", "sub", "mul", "div"):
                 return f"{prefix}_{e.op}_ps({self.expr(e.a)}, {self.expr(e.b)})"
+            if isinstance(e, E.Binary) and e.op in ("min", "max"):  # NaN-propagating, from the prelude
+                return f"tl_{e.op}_f32x{t.lanes}({self.expr(e.a)}, {self.expr(e.b)})"
             if isinstance(e, E.Binary) and e.op in _CMP_PREDICATE:
                 return self.vector_compare(e.op, self.expr(e.a), self.expr(e.b), t.lanes, prefix)
             if isinstance(e, E.Unary) and e.op == "neg":  # flips the sign bit: -(0.0) is -0.0

@@ -254,3 +254,33 @@ def test_a_kernel_named_like_a_libc_function_gets_its_own_symbol():
     mod["exp"](x, y)
     np.testing.assert_allclose(y, np.exp(x), rtol=1e-6)
     assert "void exp_kernel(" in open(mod.source_path).read()
+
+
+def make_nan_minmax(target):
+    lanes = target.vector_lanes(f32)
+
+    @kernel
+    def nan_minmax(x: f32[lanes], y: f32[lanes], out: f32[2, lanes], red: f32[4]):
+        a = vload(x[0], lanes)
+        b = vload(y[0], lanes)
+        vstore(out[0, 0], max(a, b))
+        vstore(out[1, 0], min(a, b))
+        red[0] = reduce_max(a)
+        red[1] = reduce_min(a)
+        red[2] = max(x[1], y[1])
+        red[3] = min(x[2], y[2])
+    return nan_minmax
+
+
+@pytest.mark.parametrize("spec", TARGETS)
+def test_min_and_max_propagate_nan_from_either_operand(spec):
+    target = get_target(spec)
+    lanes = target.vector_lanes(f32)
+    x = np.arange(lanes, dtype=np.float32)
+    y = np.full(lanes, 3.0, np.float32)
+    x[1], y[2] = np.nan, np.nan       # NaN first in lane 1, second in lane 2
+    out, red = np.empty((2, lanes), np.float32), np.empty(4, np.float32)
+    taskloom.build(make_nan_minmax(target), target)["nan_minmax"](x, y, out, red)
+    np.testing.assert_array_equal(out[0], np.maximum(x, y))
+    np.testing.assert_array_equal(out[1], np.minimum(x, y))
+    assert np.isnan(red).all()

@@ -39,6 +39,9 @@ from taskloom.transforms.names import NameGen
 BLOCK = 4096
 #: The same for a 1-d node whose every element is a reduction.
 REDUCE_BLOCK = 64
+#: Vector accumulators of a reduction along a contiguous axis: enough to cover the latency
+#: of a vector add (4 cycles) at one add per cycle.
+ACCUMULATORS = 4
 
 _INIT = {"sum": 0.0, "mean": 0.0, "max": -math.inf, "min": math.inf, "prod": 1.0}
 _COMBINE = {"sum": "add", "mean": "add", "max": "max", "min": "min", "prod": "mul"}
@@ -105,8 +108,10 @@ class _Reads(Rewriter):
 
 
 def _materialized(task: Task, shared_reads: bool) -> list[GridCompute]:
-    """Outputs, nodes holding a reduction and, with ``shared_reads``, nodes read by two or
-    more others (inside fused rows such a node costs a small row buffer, not a recompute)."""
+    """Outputs, nodes holding a reduction and, with ``shared_reads``, costly nodes (a call
+    such as ``exp``) read by two or more others: inside fused rows such a node costs a small
+    row buffer instead of a second evaluation. Cheap ones (``x - mean``) are recomputed,
+    which beats writing and reading a buffer."""
     outs = set(task.outputs)
     nodes = task.computes()
     readers: dict[GridCompute, int] = {}
@@ -115,7 +120,7 @@ def _materialized(task: Task, shared_reads: bool) -> list[GridCompute]:
             if isinstance(t, GridCompute):
                 readers[t] = readers.get(t, 0) + 1
     return [c for c in nodes if c in outs or collect(c.value, ReduceCompute)
-            or (shared_reads and readers.get(c, 0) > 1)]
+            or (shared_reads and readers.get(c, 0) > 1 and collect(c.value, E.Call))]
 
 
 def _shared_prefix(nodes: list[GridCompute]) -> int:
@@ -386,15 +391,27 @@ def _reduction(r: ReduceCompute, ctx: _Ctx) -> tuple[E.Var, list[S.Stmt]]:
     c = E.Var(ctx.names.fresh("c"), index_type)
     vvalue = vectorize_expr(value, last, c * lanes, lanes) if vec_ok else None
     if vvalue is not None:
-        # accumulate full vectors, reduce horizontally, then the scalar tail
-        vacc = E.Var(ctx.names.fresh(f"{kind}_vec"), vvalue.type)
-        nfull = extent // lanes
-        inner = S.seq([S.Declare(vacc, E.Broadcast(_identity(kind, t), lanes)),
-                       S.For(c, nfull, S.Assign(vacc, E.Binary(combine, vacc, vvalue))),
-                       S.Assign(acc, E.binary(combine, acc, E.call(_HORIZONTAL[kind], vacc))),
-                       S.For(last, extent - nfull * lanes,
+        # ACCUMULATORS independent vector accumulators hide the latency of the combining
+        # instruction; then the leftover vectors, one horizontal reduction, the scalar tail
+        ident = E.Broadcast(_identity(kind, t), lanes)
+        vaccs = [E.Var(ctx.names.fresh(f"{kind}_vec"), vvalue.type) for _ in range(ACCUMULATORS)]
+        nvec = E.Var(ctx.names.fresh("nvec"), index_type)
+        u = E.Var(ctx.names.fresh("c"), index_type)
+        steps = [S.Assign(a, E.Binary(combine, a, substitute(vvalue, {c: c * ACCUMULATORS + k})))
+                 for k, a in enumerate(vaccs)]
+        total: E.Expr = vaccs[0]
+        for a in vaccs[1:]:
+            total = E.Binary(combine, total, a)
+        inner = S.seq([S.Let(nvec, extent // lanes),
+                       *[S.Declare(a, ident) for a in vaccs],
+                       S.For(c, nvec // ACCUMULATORS, S.seq(steps)),
+                       S.For(u, nvec % ACCUMULATORS,
+                             S.Assign(vaccs[0], E.Binary(combine, vaccs[0],
+                                                         substitute(vvalue, {c: nvec // ACCUMULATORS * ACCUMULATORS + u})))),
+                       S.Assign(acc, E.binary(combine, acc, E.call(_HORIZONTAL[kind], total))),
+                       S.For(last, extent - nvec * lanes,
                              S.Assign(acc, E.binary(combine, acc,
-                                                    substitute(value, {last: nfull * lanes + last}))))])
+                                                    substitute(value, {last: nvec * lanes + last}))))])
     else:
         inner = S.For(last, extent, S.Assign(acc, E.binary(combine, acc, value)))
     for v, d in reversed(outer):

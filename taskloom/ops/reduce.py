@@ -356,16 +356,20 @@ def layer_norm(x: Any, normalized_shape: int | Sequence[int], weight: Any = None
         def xv(i: Sequence[Any]) -> E.Expr:
             return E.cast(X[tuple(i)], cd)
 
-        # stage 1: the mean of each row
-        mu = compute(f"{op}_mean", lead, lambda *r: reduce(norm, lambda *k: xv((*r, *k)), "mean"))
-        # stage 2: the centred values (kept per row: read by the variance and by the output)
-        cen = compute(f"{op}_centred", shape, lambda *i: xv(i) - mu[i[:nd - d]])
-        # stage 3: one over the standard deviation of each row
-        rstd = compute(f"{op}_rstd", lead, lambda *r: 1.0 / E.call("sqrt", reduce(
-            norm, lambda *k: cen[(*r, *k)] * cen[(*r, *k)], "mean") + e))
+        # The moments of each row in one pass over it: sums of d = x - x0 and of d*d, with x0
+        # the row's first element. Shifting by a value of the row keeps the cancellation in
+        # E[d*d] - E[d]^2 small (the shifted-data algorithm for the variance).
+        first = (0,) * d
+
+        def dev(r: Sequence[Any], k: Sequence[Any]) -> E.Expr:
+            return xv((*r, *k)) - xv((*r, *first))
+        m1 = compute(f"{op}_shifted_mean", lead, lambda *r: reduce(norm, lambda *k: dev(r, k), "mean"))
+        rstd = compute(f"{op}_rstd", lead, lambda *r: 1.0 / E.call("sqrt", E.maximum(
+            reduce(norm, lambda *k: dev(r, k) * dev(r, k), "mean") - m1[r] * m1[r], 0.0) + e))
 
         def out(*i: E.Expr) -> E.Expr:
-            v = cen[i] * rstd[i[:nd - d]]
+            r = i[:nd - d]
+            v = (xv(i) - xv((*r, *first)) - m1[r]) * rstd[r]
             if "weight" in P:
                 v = v * E.cast(P["weight"][i[nd - d:]], cd)
             if "bias" in P:

@@ -81,6 +81,7 @@ class _Ctx:
     tensors: dict[E.Expr, E.Var] = field(default_factory=dict)   # input/output/buffer -> its var
     prefix: int = 0                                               # shared leading axes (fused rows)
     local: set[GridCompute] = field(default_factory=set)         # intermediates held per row
+    known: dict[E.Expr, E.Var] = field(default_factory=dict)      # reductions computed already
 
     @property
     def lanes(self) -> int:
@@ -183,6 +184,7 @@ def _fused_rows(task: Task, nodes: list[GridCompute], ctx: _Ctx) -> S.Stmt:
     t = E.Var(ctx.names.fresh("row"), index_type)
     row_axes = _unravel(t, rows)
     inner: list[S.Stmt] = [S.Comment(f"{len(nodes)} stages share the leading {p} axis(es): run row by row")]
+    inner += _row_reductions(nodes, row_axes, ctx)
     for n in nodes:
         if n not in task.outputs:
             ctx.local.add(n)
@@ -192,6 +194,43 @@ def _fused_rows(task: Task, nodes: list[GridCompute], ctx: _Ctx) -> S.Stmt:
             inner.append(S.Declare(var, None, "local") if rest else S.Declare(var))
         inner.append(_node_body(n, ctx, dict(zip(n.axes[:p], row_axes)), n in task.outputs))
     return S.For(t, _prod(rows), S.seq(inner), "parallel")
+
+
+def _row_reductions(nodes: list[GridCompute], row_axes: list[E.Expr], ctx: _Ctx) -> list[S.Stmt]:
+    """Reductions of any stage that depend only on the row and on task inputs, computed up
+    front, those over the same grid in one pass (layer_norm's sum and sum of squares)."""
+    p = ctx.prefix
+    mats = set(nodes)
+    found: list[E.Expr] = []
+    for n in nodes:
+        bind = dict(zip(n.axes[:p], row_axes))
+        for r in collect(n.value, ReduceCompute):
+            if collect(r.value, ReduceCompute) or _reads_any(r, mats):  # type: ignore[attr-defined]
+                continue
+            if E.free_vars(r) & set(n.axes[p:]):
+                continue  # depends on more than the row
+            rb = _Reads(ctx).visit(substitute(r, bind))
+            if rb not in found:
+                found.append(rb)
+    if len(found) < 2:
+        return []
+    out: list[S.Stmt] = []
+    while found:
+        group = [r for r in found if r.shape == found[0].shape]  # type: ignore[attr-defined]
+        found = [r for r in found if r not in group]
+        accs, stmts = _reductions(group, ctx)  # type: ignore[arg-type]
+        out += stmts
+        ctx.known.update(zip(group, accs))
+    return out
+
+
+def _reads_any(e: E.Expr, nodes: set[GridCompute]) -> bool:
+    """Whether ``e`` reads one of ``nodes``, directly or through nodes that get inlined."""
+    for el in collect(e, E.TensorElement):
+        t = el.tensor  # type: ignore[attr-defined]
+        if t in nodes or (isinstance(t, GridCompute) and _reads_any(t.value, nodes)):
+            return True
+    return False
 
 
 def _node_nest(n: GridCompute, ctx: _Ctx, outputs: Sequence[GridCompute]) -> S.Stmt:
@@ -347,16 +386,20 @@ def _reduce_all(value: E.Expr, ctx: _Ctx, keep_if_mentions: E.Var | None = None)
     value reading those scalars; with ``keep_if_mentions``, reductions mentioning that
     variable are left in place."""
     pre: list[S.Stmt] = []
+    for r, acc in ctx.known.items():
+        value = substitute_node(value, r, acc)
     while True:
         todo = [r for r in collect(value, ReduceCompute)
                 if not collect(r.value, ReduceCompute)  # type: ignore[attr-defined]
                 and (keep_if_mentions is None or keep_if_mentions not in E.free_vars(r))]
         if not todo:
             return value, pre
-        r = todo[0]
-        acc, stmts = _reduction(r, ctx)  # type: ignore[arg-type]
+        # reductions over the same grid share one loop nest: one pass over the data
+        group = [r for r in dict.fromkeys(todo) if r.shape == todo[0].shape]  # type: ignore[attr-defined]
+        accs, stmts = _reductions(group, ctx)  # type: ignore[arg-type]
         pre += stmts
-        value = substitute_node(value, r, acc)
+        for r, acc in zip(group, accs):
+            value = substitute_node(value, r, acc)
 
 
 class _ReplaceNode(Rewriter):
@@ -373,54 +416,69 @@ def substitute_node(e: E.Expr, old: E.Expr, new: E.Expr) -> E.Expr:
     return _ReplaceNode(old, new).visit(e)
 
 
-def _reduction(r: ReduceCompute, ctx: _Ctx) -> tuple[E.Var, list[S.Stmt]]:
-    """Statements that leave the reduction's value in a fresh scalar variable."""
-    t = r.value.type
-    assert isinstance(t, DataType)
-    kind = r.kind
-    acc = E.Var(ctx.names.fresh(f"{kind}_acc"), r.type)
-    axes = {a: E.Var(ctx.names.fresh(a.name), index_type) for a in r.axes}
-    value = substitute(r.value, axes)
-    if kind in ("argmax", "argmin"):
-        return acc, _arg_reduction(r, value, axes, acc, ctx)
-    stmts: list[S.Stmt] = [S.Declare(acc, _identity(kind, t))]
-    *outer, (last, extent) = list(zip(axes.values(), r.shape))
-    combine = _COMBINE[kind]
+def _reductions(rs: list[ReduceCompute], ctx: _Ctx) -> tuple[list[E.Var], list[S.Stmt]]:
+    """Statements that leave each reduction's value in a fresh scalar; reductions over the
+    same grid run in one loop nest. The innermost axis is accumulated in vector registers
+    when every value vectorizes along it."""
+    axes = {a: E.Var(ctx.names.fresh(a.name), index_type) for a in rs[0].axes}
+    accs = [E.Var(ctx.names.fresh(f"{r.kind}_acc"), r.type) for r in rs]
+    values = [substitute(r.value, dict(zip(r.axes, axes.values()))) for r in rs]
+    if len(rs) > 1 and any(r.kind in ("argmax", "argmin") for r in rs):
+        split = [_reductions([r], ctx) for r in rs]
+        return [a for s in split for a in s[0]], [st for s in split for st in s[1]]
+    if rs[0].kind in ("argmax", "argmin"):
+        return accs, _arg_reduction(rs[0], values[0], axes, accs[0], ctx)
+    stmts: list[S.Stmt] = [S.Declare(a, _identity(r.kind, r.value.type)) for r, a in zip(rs, accs)]  # type: ignore[arg-type]
+    *outer, (last, extent) = list(zip(axes.values(), rs[0].shape))
     lanes = ctx.lanes
-    vec_ok = kind in _HORIZONTAL and t == float32
     c = E.Var(ctx.names.fresh("c"), index_type)
-    vvalue = vectorize_expr(value, last, c * lanes, lanes) if vec_ok else None
-    if vvalue is not None:
-        # ACCUMULATORS independent vector accumulators hide the latency of the combining
-        # instruction; then the leftover vectors, one horizontal reduction, the scalar tail
-        ident = E.Broadcast(_identity(kind, t), lanes)
-        vaccs = [E.Var(ctx.names.fresh(f"{kind}_vec"), vvalue.type) for _ in range(ACCUMULATORS)]
-        nvec = E.Var(ctx.names.fresh("nvec"), index_type)
-        u = E.Var(ctx.names.fresh("c"), index_type)
-        steps = [S.Assign(a, E.Binary(combine, a, substitute(vvalue, {c: c * ACCUMULATORS + k})))
-                 for k, a in enumerate(vaccs)]
-        total: E.Expr = vaccs[0]
-        for a in vaccs[1:]:
-            total = E.Binary(combine, total, a)
-        inner = S.seq([S.Let(nvec, extent // lanes),
-                       *[S.Declare(a, ident) for a in vaccs],
-                       S.For(c, nvec // ACCUMULATORS, S.seq(steps)),
-                       S.For(u, nvec % ACCUMULATORS,
-                             S.Assign(vaccs[0], E.Binary(combine, vaccs[0],
-                                                         substitute(vvalue, {c: nvec // ACCUMULATORS * ACCUMULATORS + u})))),
-                       S.Assign(acc, E.binary(combine, acc, E.call(_HORIZONTAL[kind], total))),
-                       S.For(last, extent - nvec * lanes,
-                             S.Assign(acc, E.binary(combine, acc,
-                                                    substitute(value, {last: nvec * lanes + last}))))])
+    vvalues = [vectorize_expr(v, last, c * lanes, lanes)
+               if r.kind in _HORIZONTAL and r.value.type == float32 else None for r, v in zip(rs, values)]
+    if all(v is not None for v in vvalues):
+        inner = _vector_accumulate(rs, accs, values, vvalues, c, last, extent, ctx)  # type: ignore[arg-type]
     else:
-        inner = S.For(last, extent, S.Assign(acc, E.binary(combine, acc, value)))
+        inner = S.For(last, extent, S.seq([S.Assign(a, E.binary(_COMBINE[r.kind], a, v))
+                                          for r, a, v in zip(rs, accs, values)]))
     for v, d in reversed(outer):
         inner = S.For(v, d, inner)
     stmts.append(inner)
-    if kind == "mean":
-        count = E.cast(_prod(r.shape), t)
-        stmts.append(S.Assign(acc, acc / count))
-    return acc, stmts
+    for r, a in zip(rs, accs):
+        if r.kind == "mean":
+            stmts.append(S.Assign(a, a / E.cast(_prod(r.shape), r.value.type)))  # type: ignore[arg-type]
+    return accs, stmts
+
+
+def _vector_accumulate(rs: list[ReduceCompute], accs: list[E.Var], values: list[E.Expr],
+                       vvalues: list[E.Expr], c: E.Var, last: E.Var, extent: E.Expr, ctx: _Ctx) -> S.Stmt:
+    """ACCUMULATORS independent vector accumulators per reduction hide the latency of the
+    combining instruction; then the leftover vectors, one horizontal reduction each, and
+    the scalar tail."""
+    lanes = ctx.lanes
+    nvec = E.Var(ctx.names.fresh("nvec"), index_type)
+    u = E.Var(ctx.names.fresh("c"), index_type)
+    decls: list[S.Stmt] = []
+    steps: list[S.Stmt] = []
+    rest: list[S.Stmt] = []
+    finish: list[S.Stmt] = []
+    tail: list[S.Stmt] = []
+    for r, acc, value, vvalue in zip(rs, accs, values, vvalues):
+        combine = _COMBINE[r.kind]
+        vaccs = [E.Var(ctx.names.fresh(f"{r.kind}_vec"), vvalue.type) for _ in range(ACCUMULATORS)]
+        decls += [S.Declare(a, E.Broadcast(_identity(r.kind, float32), lanes)) for a in vaccs]
+        steps += [S.Assign(a, E.Binary(combine, a, substitute(vvalue, {c: c * ACCUMULATORS + k})))
+                  for k, a in enumerate(vaccs)]
+        rest.append(S.Assign(vaccs[0], E.Binary(combine, vaccs[0],
+                                                substitute(vvalue, {c: nvec // ACCUMULATORS * ACCUMULATORS + u}))))
+        total: E.Expr = vaccs[0]
+        for a in vaccs[1:]:
+            total = E.Binary(combine, total, a)
+        finish.append(S.Assign(acc, E.binary(combine, acc, E.call(_HORIZONTAL[r.kind], total))))
+        tail.append(S.Assign(acc, E.binary(combine, acc, substitute(value, {last: nvec * lanes + last}))))
+    return S.seq([S.Let(nvec, extent // lanes), *decls,
+                  S.For(c, nvec // ACCUMULATORS, S.seq(steps)),
+                  S.For(u, nvec % ACCUMULATORS, S.seq(rest)),
+                  *finish,
+                  S.For(last, extent - nvec * lanes, S.seq(tail))])
 
 
 def _arg_reduction(r: ReduceCompute, value: E.Expr, axes: dict[E.Var, E.Var], acc: E.Var,

@@ -18,7 +18,9 @@ from taskloom import ops
 
 if TYPE_CHECKING:
     from taskloom.ir.stmt import Function, Module as IRModule
+    from taskloom.graph import Graph
     from taskloom.runtime import Module
+    from taskloom.runtime.compiled_graph import CompiledGraph
 
 __version__ = "0.1.0"
 
@@ -34,5 +36,20 @@ def build(functions: "Function | IRModule | Sequence[Function]", target: CpuTarg
     return load_module(lib.lib_path, lib.signatures, lib.source_path)
 
 
-__all__ = ["build", "ops", "Tensor", "asarray", "from_torch", "TaskloomError", "CpuTarget", "get_target",
+def compile(graph: "Graph", target: CpuTarget | str | None = None, *, fuse: bool = True,  # noqa: A001
+            verbose: bool = False) -> "CompiledGraph":
+    """Compiles a graph (``taskloom.graph.Graph``) into one native function: operators fused,
+    every kernel and a launcher in one shared library, intermediates in one planned arena."""
+    from taskloom.compiler.graph_compiler import compile_graph
+    return compile_graph(graph, target, fuse=fuse, verbose=verbose)
+
+
+def load(path: str) -> "CompiledGraph":
+    """Loads a model saved with ``CompiledGraph.save`` (numpy only; no torch or onnx needed).
+    A saved model holds native code: load only files from a source you trust."""
+    from taskloom.runtime.compiled_graph import CompiledGraph
+    return CompiledGraph.load(path)
+
+
+__all__ = ["build", "compile", "load", "ops", "Tensor", "asarray", "from_torch", "TaskloomError", "CpuTarget", "get_target",
            "host_target", "__version__"]

@@ -60,18 +60,20 @@ def signature(fn: S.Function) -> dict[str, Any]:
 
 
 def build_library(functions: S.Function | S.Module | Sequence[S.Function], target: CpuTarget | str | None = None,
-                  *, name: str | None = None, cache: BuildCache | None = None) -> BuiltLibrary:
+                  *, name: str | None = None, cache: BuildCache | None = None,
+                  extra_source: str = "") -> BuiltLibrary:
     """Lowers ``functions``, generates C for ``target`` (default: this machine) and builds it.
 
     The build is content-addressed: building the same functions for the same target again
-    costs no compiler run.
+    costs no compiler run. ``extra_source`` is C appended to the generated code (a graph's
+    launcher).
     """
     tgt = get_target(target) if not isinstance(target, CpuTarget) else target
     fns = list(functions.functions if isinstance(functions, S.Module)
                else [functions] if isinstance(functions, S.Function) else functions)
     sigs = [signature(f) for f in fns]
     module = S.Module(tuple(transforms.lower(f) for f in fns))
-    source = codegen_c(module, tgt)
+    source = codegen_c(module, tgt) + extra_source
     lib = compile_shared_library(source, tgt, name=name or fns[0].name, cache=cache,
                                  meta={"signatures": sigs})
     return BuiltLibrary(lib, lib.parent / "source.c", sigs, tgt)

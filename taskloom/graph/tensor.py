@@ -19,12 +19,15 @@ class Tensor:
     """An n-d array: ``shape`` (ints, or expressions for symbolic tensors), ``dtype`` and,
     for a concrete tensor, its data."""
 
-    __slots__ = ("shape", "dtype", "_data")
+    __slots__ = ("shape", "dtype", "_data", "producer", "name")
 
-    def __init__(self, shape: Sequence[int | Expr], dtype: T.DataType, data: np.ndarray | None = None):
+    def __init__(self, shape: Sequence[int | Expr], dtype: T.DataType, data: np.ndarray | None = None,
+                 producer: Any = None, name: str | None = None):
         self.shape = tuple(shape)
         self.dtype = dtype
         self._data = data
+        self.producer = producer  # (graph node, output index) for a traced tensor
+        self.name = name          # graph inputs and constants carry a name
 
     # ----------------------------------------------------------------- properties
     @property
@@ -125,6 +128,16 @@ def from_torch(tensor: Any) -> Tensor:
         raise OpError("from_torch(): the tensor is not contiguous; call .contiguous() first (that copies)")
     arr = np.from_dlpack(tensor)
     return Tensor(arr.shape, T.dtype(arr.dtype), arr)
+
+
+def input(shape: Sequence[int], dtype: T.DataType | str = "float32", name: str | None = None) -> Tensor:  # noqa: A001
+    """A graph input: a tensor with a shape and a dtype but no data. Operators applied to it
+    record a graph instead of running (see :class:`taskloom.graph.Graph`)."""
+    dims = tuple(shape)
+    for d in dims:
+        if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0:
+            raise OpError(f"input(): 'shape' must hold sizes >= 0, got {tuple(shape)}")
+    return Tensor(tuple(int(d) for d in dims), T.dtype(dtype), name=name)
 
 
 def symbol(name: str) -> Expr:

@@ -15,6 +15,7 @@ import numpy as np
 
 from taskloom.errors import OpError
 from taskloom.graph.eager import run_eager
+from taskloom.graph.graph import record
 from taskloom.graph.tensor import Tensor, asarray
 from taskloom.ir import dtypes as T
 from taskloom.ir.compute import GridCompute, Task, TensorInput, tensor_input
@@ -117,12 +118,13 @@ def apply(op: str, inputs: Sequence[Tensor], names: Sequence[str],
     ``static_dims`` keeps the input sizes as ints, for operators whose definition depends
     on a size itself (a reshape's target, a slice's bounds resolved against a size).
     """
-    if not all(t.is_concrete for t in inputs):
-        raise OpError(f"{op}(): symbolic tensors are traced into graphs by the graph compiler; "
-                      "this build runs operators eagerly on concrete tensors")
-    placeholders = ([tensor_input(n, t.dtype, t.shape) for t, n in zip(inputs, names)] if static_dims
-                    else _placeholders(inputs, names))
+    tracing = not all(t.is_concrete for t in inputs)
+    # a traced graph is specialized to its shapes; eager kernels serve every shape
+    placeholders = ([tensor_input(n, t.dtype, t.shape) for t, n in zip(inputs, names)]
+                    if static_dims or tracing else _placeholders(inputs, names))
     outs = build(*placeholders)
     outs = [outs] if isinstance(outs, GridCompute) else list(outs)
     task = Task(op, placeholders, outs, attrs or {})
+    if tracing:
+        return record(task, inputs)
     return run_eager(task, inputs)

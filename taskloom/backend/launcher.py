@@ -1,0 +1,47 @@
+"""The launcher of a compiled graph: one C function that runs every kernel in order, so an
+inference is one native call with no Python between operators.
+
+    void taskloom_graph(void* const* w, void* const* in, void* const* out, char* arena)
+
+``w`` holds the constants, ``in`` the inputs and ``out`` the outputs (pointer tables the
+runtime fills), ``arena`` the intermediates at their planned offsets.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+ENTRY = "taskloom_graph"
+
+
+@dataclass(frozen=True)
+class Ref:
+    """Where a kernel argument lives: ``kind`` is 'w', 'in', 'out' or 'arena'; ``index`` is a
+    table position or an arena offset."""
+
+    kind: str
+    index: int
+
+    def c(self) -> str:
+        return f"arena + {self.index}" if self.kind == "arena" else f"{self.kind}[{self.index}]"
+
+
+@dataclass(frozen=True)
+class Call:
+    symbol: str
+    args: tuple[Ref, ...]
+    note: str = ""
+
+
+def launcher_source(calls: Sequence[Call]) -> str:
+    lines = ["", f"void {ENTRY}(void* const* w, void* const* in, void* const* out, char* arena) {{"]
+    for c in calls:
+        if c.note:
+            lines.append(f"  // {c.note}")
+        lines.append(f"  {c.symbol}({', '.join(_arg(r) for r in c.args)});")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _arg(r: Ref) -> str:
+    return f"(void*)({r.c()})" if r.kind == "arena" else r.c()

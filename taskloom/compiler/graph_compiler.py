@@ -1,0 +1,87 @@
+"""Compiling a graph: fuse, schedule each group, plan memory, and build every kernel plus a
+launcher into one shared library (a :class:`~taskloom.runtime.CompiledGraph`)."""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from taskloom.backend.build import build_library
+from taskloom.backend.launcher import Call, Ref, launcher_source
+from taskloom.errors import TaskloomError
+from taskloom.graph.graph import Graph, GraphError
+from taskloom.graph.tensor import Tensor
+from taskloom.graph.fusion import FusedGroup, fuse_graph
+from taskloom.runtime.compiled_graph import CompiledGraph
+from taskloom.runtime.memory_plan import Buffer, plan_memory
+from taskloom.schedule.rule_based import schedule_task
+from taskloom.target.cpu import CpuTarget, get_target
+
+
+def _nbytes(t: Tensor) -> int:
+    n = t.dtype.nbytes
+    for d in t.shape:
+        n *= int(d)
+    return n
+
+
+def compile_graph(graph: Graph, target: CpuTarget | str | None = None, *, fuse: bool = True,
+                  verbose: bool = False) -> CompiledGraph:
+    """Compiles ``graph`` for ``target`` (default: this machine) into one native function."""
+    started = time.perf_counter()
+    tgt = get_target(target) if not isinstance(target, CpuTarget) else target
+    for t in graph.inputs:
+        if not all(isinstance(d, int) for d in t.shape):
+            raise GraphError(f"graph input '{t.name}' has a symbolic shape {t.shape}; compiled graphs are "
+                             "specialized to the shapes they were traced with")
+    groups = fuse_graph(graph) if fuse else [FusedGroup.single(n) for n in graph.nodes]
+
+    refs: dict[int, Ref] = {id(t): Ref("in", k) for k, t in enumerate(graph.inputs)}
+    refs.update({id(c): Ref("w", k) for k, c in enumerate(graph.constants)})
+    outputs_meta: list[dict[str, Any]] = []
+    for k, t in enumerate(graph.outputs):
+        spec = {"name": f"output{k}", "dtype": t.dtype.name, "shape": [int(d) for d in t.shape], "copy_of": None}
+        if id(t) in refs:  # an input, a constant or an earlier output returned again: copied
+            r = refs[id(t)]
+            spec["copy_of"] = [r.kind, r.index]
+        else:
+            refs[id(t)] = Ref("out", k)
+        outputs_meta.append(spec)
+
+    # lifetimes of the intermediates, in group order
+    produced: dict[int, int] = {}
+    last_use: dict[int, int] = {}
+    tensors: dict[int, Tensor] = {}
+    for g, group in enumerate(groups):
+        for t in group.inputs:
+            last_use[id(t)] = g
+        for t in group.outputs:
+            produced[id(t)] = g
+            tensors[id(t)] = t
+    buffers = [Buffer(key, _nbytes(tensors[key]), g, max(last_use.get(key, g), g))
+               for key, g in produced.items() if key not in refs]
+    plan = plan_memory(buffers)
+    for key, offset in plan.offsets.items():
+        refs[key] = Ref("arena", offset)
+
+    functions, calls, kernels = [], [], []
+    for g, group in enumerate(groups):
+        fn = schedule_task(group.task, tgt, name=f"k{g}_{group.name}")
+        if len(fn.params) != len(group.inputs) + len(group.outputs):
+            raise TaskloomError(f"kernel {fn.name} has symbolic sizes; compiled graphs need static shapes")
+        functions.append(fn)
+        from taskloom.backend.codegen_c import c_symbol
+        args = tuple(refs[id(t)] for t in (*group.inputs, *group.outputs))
+        calls.append(Call(c_symbol(fn.name), args, f"{group.name}: {' + '.join(group.ops)}"))
+        kernels.append({"name": fn.name, "ops": group.ops, "category": group.category})
+    lib = build_library(functions, tgt, name="graph", extra_source=launcher_source(calls))
+    meta = {"inputs": [{"name": t.name, "dtype": t.dtype.name, "shape": [int(d) for d in t.shape]}
+                       for t in graph.inputs],
+            "outputs": outputs_meta, "arena_bytes": plan.arena_bytes, "memory": plan.describe(),
+            "kernels": kernels, "target": tgt.to_dict(), "source": str(lib.source_path)}
+    compiled = CompiledGraph(lib.lib_path, meta, [np.ascontiguousarray(c.numpy()) for c in graph.constants])
+    if verbose:
+        print(f"compiled {len(graph.nodes)} operators into {len(groups)} kernels in "
+              f"{time.perf_counter() - started:.2f} s; {plan.describe()}")
+    return compiled

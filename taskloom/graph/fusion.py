@@ -1,0 +1,196 @@
+"""Fusion partition (TVM's categories, Hidet's rule) and the task of a fused group.
+
+A group holds at most one reduction (its anchor: matmul, conv2d, softmax...), the
+bijective operators after it whose input is the anchor's result and read by nothing
+else (epilogues: bias add, relu, residual add), and the injective operators before it whose
+result only the group reads (prologues: transpose, pad, broadcast). Chains of injective
+operators fuse together. A tensor that is a graph output is never fused away.
+
+The group's task is the nodes' definitions composed: where a node read a tensor made in
+the group, it now reads that tensor's definition, so no intermediate buffer exists.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from taskloom.graph.graph import Graph, Node
+from taskloom.graph.tensor import Tensor
+from taskloom.ir import expr as E
+from taskloom.ir.compute import (GridCompute, ReduceCompute, Task, TensorInput, bijective_inputs,
+                                 has_reduction, tensor_input)
+from taskloom.ir.functor import Rewriter
+
+
+@dataclass(eq=False)
+class FusedGroup:
+    nodes: list[Node]
+    inputs: list[Tensor] = field(default_factory=list)
+    outputs: list[Tensor] = field(default_factory=list)
+    task: Task | None = None
+
+    @staticmethod
+    def single(node: Node) -> "FusedGroup":
+        g = FusedGroup([node])
+        g.inputs, g.outputs = _unique(node.inputs), list(node.outputs)
+        g.task = node.task
+        return g
+
+    @property
+    def ops(self) -> list[str]:
+        return [n.op for n in self.nodes]
+
+    @property
+    def anchor(self) -> Node | None:
+        return next((n for n in self.nodes if has_reduction(n.task)), None)
+
+    @property
+    def name(self) -> str:
+        a = self.anchor
+        head = a.op if a is not None else self.nodes[-1].op
+        return head if len(self.nodes) == 1 else f"{head}_fused{len(self.nodes)}"
+
+    @property
+    def category(self) -> str:
+        return "reduction" if self.anchor is not None else "injective"
+
+
+def _unique(ts: list[Tensor]) -> list[Tensor]:
+    seen, out = set(), []
+    for t in ts:
+        if id(t) not in seen:
+            seen.add(id(t))
+            out.append(t)
+    return out
+
+
+def fuse_graph(graph: Graph) -> list[FusedGroup]:
+    """Partitions ``graph`` into fused groups, in an order where each group comes after the
+    groups it reads from, with each group's composed task."""
+    consumers: dict[int, list[Node]] = {}
+    for n in graph.nodes:
+        for t in _unique(n.inputs):
+            consumers.setdefault(id(t), []).append(n)
+    outputs = {id(t) for t in graph.outputs}
+    group_of: dict[int, int] = {id(n): k for k, n in enumerate(graph.nodes)}
+    members: dict[int, list[Node]] = {k: [n] for k, n in enumerate(graph.nodes)}
+
+    def merge(src: int, dst: int) -> None:
+        for n in members.pop(src):
+            group_of[id(n)] = dst
+            members[dst].append(n)
+
+    def has_anchor(g: int) -> bool:
+        return any(has_reduction(n.task) for n in members[g])
+
+    # epilogues: a node bijective in a tensor that only it reads joins that tensor's group
+    for n in graph.nodes:
+        if has_reduction(n.task) or len(members[group_of[id(n)]]) > 1:
+            continue
+        bij = {id(p) for p in bijective_inputs(n.task)}
+        for placeholder, t in zip(n.task.inputs, n.inputs):
+            if id(placeholder) not in bij or t.producer is None or id(t) in outputs:
+                continue
+            if len(consumers.get(id(t), [])) != 1 or t.shape != n.outputs[0].shape:
+                continue
+            merge(group_of[id(n)], group_of[id(t.producer[0])])
+            break
+
+    # prologues: an injective node read only by one other group joins it (last first, so
+    # chains of injective nodes fold into their reader one by one)
+    for n in reversed(graph.nodes):
+        g = group_of[id(n)]
+        if has_reduction(n.task) or len(members[g]) > 1:
+            continue
+        readers = {group_of[id(c)] for o in n.outputs for c in consumers.get(id(o), [])}
+        if len(readers) != 1 or any(id(o) in outputs for o in n.outputs):
+            continue
+        (dst,) = readers
+        if dst != g:
+            merge(g, dst)
+
+    order = {id(n): k for k, n in enumerate(graph.nodes)}
+    groups = []
+    for g, nodes in members.items():
+        nodes.sort(key=lambda n: order[id(n)])
+        groups.append(_group(nodes, consumers, outputs))
+    groups.sort(key=lambda grp: min(order[id(n)] for n in grp.nodes))
+    return _topological(groups)
+
+
+def _topological(groups: list[FusedGroup]) -> list[FusedGroup]:
+    """Orders groups so each follows the groups whose outputs it reads."""
+    made_by = {id(t): g for g in groups for t in g.outputs}
+    done: set[int] = set()
+    out: list[FusedGroup] = []
+
+    def visit(g: FusedGroup) -> None:
+        if id(g) in done:
+            return
+        done.add(id(g))
+        for t in g.inputs:
+            if id(t) in made_by:
+                visit(made_by[id(t)])
+        out.append(g)
+
+    for g in groups:
+        visit(g)
+    return out
+
+
+def _group(nodes: list[Node], consumers: dict[int, list[Node]], graph_outputs: set[int]) -> FusedGroup:
+    if len(nodes) == 1:
+        return FusedGroup.single(nodes[0])
+    inside = {id(n) for n in nodes}
+    made: dict[int, GridCompute] = {}          # tensor made in the group -> its definition
+    placeholders: dict[int, TensorInput] = {}  # tensor read from outside -> the group's input
+    inputs: list[Tensor] = []
+    names: set[str] = set()
+    for n in nodes:
+        binding: dict[TensorInput, E.Expr] = {}
+        for ph, t in zip(n.task.inputs, n.inputs):
+            if id(t) in made:
+                binding[ph] = made[id(t)]
+            else:
+                if id(t) not in placeholders:
+                    name = ph.name
+                    while name in names:
+                        name += "_"
+                    names.add(name)
+                    placeholders[id(t)] = tensor_input(name, t.dtype, ph.shape)
+                    inputs.append(t)
+                binding[ph] = placeholders[id(t)]
+        rebound = _Rebinder(binding)
+        for out_t, compute in zip(n.outputs, n.task.outputs):
+            made[id(out_t)] = rebound.compute(compute)
+    outputs = [t for n in nodes for t in n.outputs
+               if id(t) in graph_outputs or any(id(c) not in inside for c in consumers.get(id(t), []))]
+    group = FusedGroup(nodes, inputs, outputs)
+    group.task = Task(group.name, [placeholders[id(t)] for t in inputs], [made[id(t)] for t in outputs],
+                      {"ops": tuple(group.ops)})
+    return group
+
+
+class _Rebinder(Rewriter):
+    """Rebuilds a node's compute definitions with its placeholders replaced."""
+
+    def __init__(self, binding: dict[TensorInput, E.Expr]):
+        self.binding = binding
+        self.memo: dict[int, GridCompute] = {}
+
+    def compute(self, c: GridCompute) -> GridCompute:
+        if id(c) not in self.memo:
+            self.memo[id(c)] = GridCompute(c.name, c.shape, c.axes, self.visit(c.value))
+        return self.memo[id(c)]
+
+    def visit_TensorElement(self, e: E.TensorElement) -> Any:
+        idx = tuple(self.visit(i) for i in e.indices)
+        t = e.tensor
+        if isinstance(t, TensorInput) and t in self.binding:
+            t = self.binding[t]
+        elif isinstance(t, GridCompute):
+            t = self.compute(t)
+        return E.TensorElement(t, idx)
+
+    def visit_ReduceCompute(self, r: ReduceCompute) -> Any:
+        return ReduceCompute(r.shape, r.axes, self.visit(r.value), r.kind)

@@ -1,0 +1,112 @@
+"""Graphs of operators, recorded by applying operators to input tensors that hold no data.
+
+    x = taskloom.graph.input((8, 784), "float32", name="x")
+    y = ops.relu(ops.linear(x, w1, b1))            # w1, b1: concrete tensors -> constants
+    g = taskloom.graph.Graph([x], [y])
+
+Each node is one operator application: its compute definition (a Task whose inputs are
+placeholders for the node's input tensors) and its input and output tensors.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from taskloom.errors import TaskloomError
+from taskloom.graph.tensor import Tensor
+from taskloom.ir.compute import Task, classify
+from taskloom.ir.expr import Expr
+
+
+class GraphError(TaskloomError):
+    """A graph that is not well formed (an output not reachable from the inputs, ...)."""
+
+
+@dataclass(eq=False)
+class Node:
+    """One operator application in a graph."""
+
+    op: str
+    task: Task
+    inputs: list[Tensor]
+    outputs: list[Tensor] = field(default_factory=list)
+
+    @property
+    def category(self) -> str:
+        return classify(self.task)
+
+    def __repr__(self) -> str:
+        return f"Node({self.op}, {len(self.inputs)} in, {len(self.outputs)} out)"
+
+
+def record(task: Task, inputs: Sequence[Tensor]) -> list[Tensor]:
+    """Adds a node for ``task`` applied to ``inputs`` and returns its (data-less) outputs."""
+    node = Node(task.name, task, list(inputs))
+    for k, out in enumerate(task.outputs):
+        shape = tuple(_static(d) for d in out.shape)
+        node.outputs.append(Tensor(shape, out.dtype, producer=(node, k)))
+    return node.outputs
+
+
+def _static(d: Expr) -> int | Expr:
+    from taskloom.ir.expr import Constant
+    return int(d.value) if isinstance(d, Constant) else d
+
+
+class Graph:
+    """The operators between ``inputs`` and ``outputs``, in an order where every node comes
+    after the nodes it reads from."""
+
+    def __init__(self, inputs: Sequence[Tensor], outputs: Sequence[Tensor]):
+        self.inputs = list(inputs)
+        self.outputs = list(outputs)
+        for k, t in enumerate(self.inputs):
+            if t.is_concrete or t.producer is not None:
+                raise GraphError(f"graph input {k} ({t.name or 'unnamed'}) must be a taskloom.graph.input(...)")
+            if t.name is None:
+                t.name = f"input{k}"
+        self.nodes: list[Node] = []
+        self.constants: list[Tensor] = []
+        seen: set[int] = set()
+        known_inputs = {id(t) for t in self.inputs}
+
+        def visit_tensor(t: Tensor, path: str) -> None:
+            if t.producer is not None:
+                visit_node(t.producer[0])
+            elif t.is_concrete:
+                if id(t) not in {id(c) for c in self.constants}:
+                    t.name = t.name or f"const{len(self.constants)}"
+                    self.constants.append(t)
+            elif id(t) not in known_inputs:
+                raise GraphError(f"{path} depends on a tensor without data ({t.name or 'unnamed'}, shape "
+                                 f"{t.shape}) that is not among the graph's inputs")
+
+        def visit_node(n: Node) -> None:
+            if id(n) in seen:
+                return
+            seen.add(id(n))
+            for i, t in enumerate(n.inputs):
+                visit_tensor(t, f"input {i} of {n.op}")
+            self.nodes.append(n)
+
+        for k, t in enumerate(self.outputs):
+            visit_tensor(t, f"graph output {k}")
+
+    def __str__(self) -> str:
+        names: dict[int, str] = {id(t): t.name for t in (*self.inputs, *self.constants)}  # type: ignore[misc]
+        lines = ["graph(" + ", ".join(f"{t.name}: {t.dtype.short}{list(t.shape)}" for t in self.inputs) + "):"]
+        for c in self.constants:
+            lines.append(f"  {c.name} = constant {c.dtype.short}{list(c.shape)}")
+        for k, n in enumerate(self.nodes):
+            outs = []
+            for j, o in enumerate(n.outputs):
+                names[id(o)] = f"%{k}" if len(n.outputs) == 1 else f"%{k}.{j}"
+                outs.append(f"{names[id(o)]}: {o.dtype.short}{list(o.shape)}")
+            args = ", ".join(names.get(id(t), "?") for t in n.inputs)
+            attrs = "".join(f", {key}={v!r}" for key, v in n.task.attrs)
+            lines.append(f"  {', '.join(outs)} = {n.op}({args}{attrs})  # {n.category}")
+        lines.append("  return " + ", ".join(names.get(id(t), "?") for t in self.outputs))
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"Graph({len(self.inputs)} inputs, {len(self.nodes)} nodes, {len(self.outputs)} outputs)"

@@ -1,0 +1,169 @@
+"""A compiled graph: one shared library whose launcher runs every kernel, its constants,
+and an arena for the intermediates. Calling it is one native call.
+
+Saved files hold native code: load them only from a source you trust, as you would a
+shared library.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import io
+import json
+import os
+import struct
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from taskloom.errors import ArgumentError, LoadError
+from taskloom.runtime.dlpack import array_view
+
+MAGIC = b"TASKLOOM-MODEL\x00\x01"
+ENTRY = "taskloom_graph"
+
+
+def _np_dtype(name: str) -> np.dtype:
+    return np.dtype(np.bool_ if name == "bool" else name)
+
+
+class CompiledGraph:
+    """Call it with arrays (numpy, or torch tensors through DLPack) for its inputs; it returns
+    its outputs (torch tensors when the inputs were torch tensors)."""
+
+    def __init__(self, lib_path: str | os.PathLike, meta: dict[str, Any], constants: Sequence[np.ndarray]):
+        self.lib_path = Path(lib_path)
+        self.meta = meta
+        self.constants = [np.ascontiguousarray(c) for c in constants]
+        try:
+            self._lib = ctypes.CDLL(str(self.lib_path.resolve()))
+            self._entry = getattr(self._lib, ENTRY)
+        except (OSError, AttributeError) as e:
+            raise LoadError(f"cannot load the compiled graph library {self.lib_path}: {e}") from None
+        self._entry.argtypes = [ctypes.c_void_p] * 4
+        self._entry.restype = None
+        self._w = (ctypes.c_void_p * max(len(self.constants), 1))(*[c.ctypes.data for c in self.constants])
+        self._arena = np.empty(max(int(meta["arena_bytes"]), 1) + 64, np.uint8)
+        self._arena_ptr = (self._arena.ctypes.data + 63) // 64 * 64
+        self._lock = threading.Lock()  # one arena: calls on one CompiledGraph run one at a time
+        self.inputs = meta["inputs"]
+        self.outputs = meta["outputs"]
+
+    # ------------------------------------------------------------------ calling
+    @property
+    def arena_bytes(self) -> int:
+        """The peak memory of the intermediates (one arena, reused across calls)."""
+        return int(self.meta["arena_bytes"])
+
+    def set_num_threads(self, n: int) -> None:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ArgumentError(f"set_num_threads() takes a positive int, got {n!r}")
+        self._lib.taskloom_set_num_threads(ctypes.c_int(n))
+
+    def __call__(self, *args: Any) -> Any:
+        if len(args) != len(self.inputs):
+            names = ", ".join(i["name"] for i in self.inputs)
+            raise ArgumentError(f"the compiled graph takes {len(self.inputs)} input(s) ({names}), got {len(args)}")
+        as_torch = any(type(a).__module__.startswith("torch") for a in args)
+        keep, ptrs = [], []
+        for spec, a in zip(self.inputs, args):
+            keep.append(a)
+            ptrs.append(self._input_pointer(spec, a, keep))
+        outs = [np.empty(o["shape"], _np_dtype(o["dtype"])) for o in self.outputs]
+        ins = (ctypes.c_void_p * max(len(ptrs), 1))(*ptrs)
+        outp = (ctypes.c_void_p * max(len(outs), 1))(*[o.ctypes.data for o in outs])
+        with self._lock:
+            self._entry(self._w, ins, outp, ctypes.c_void_p(self._arena_ptr))
+        for o, spec in zip(outs, self.outputs):
+            if spec.get("copy_of") is not None:  # an output that is an input, a constant or another output
+                kind, k = spec["copy_of"]
+                if kind == "in":
+                    src = args[k] if isinstance(args[k], np.ndarray) else np.from_dlpack(args[k])
+                else:
+                    src = self.constants[k] if kind == "w" else outs[k]
+                np.copyto(o, src)
+        if as_torch:
+            import torch
+            outs = [torch.from_dlpack(o) for o in outs]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _input_pointer(self, spec: dict[str, Any], a: Any, keep: list) -> int:
+        name, want_dtype, want_shape = spec["name"], spec["dtype"], tuple(spec["shape"])
+        try:
+            view = array_view(a)
+        except ArgumentError as e:
+            raise ArgumentError(f"input '{name}': {e}") from None
+        except Exception:
+            raise ArgumentError(f"input '{name}' must be an array (numpy or torch), got {type(a).__name__}") from None
+        keep.append(view.keepalive)
+        if view.dtype != want_dtype:
+            raise ArgumentError(f"input '{name}' must be {want_dtype}, got {view.dtype}")
+        if tuple(view.shape) != want_shape:
+            raise ArgumentError(f"input '{name}' must have shape {want_shape}, got {tuple(view.shape)}")
+        if not view.c_contiguous:
+            raise ArgumentError(f"input '{name}' is not C-contiguous; pass np.ascontiguousarray(x) "
+                                "or x.contiguous() (that copies)")
+        return view.data
+
+    # ------------------------------------------------------------------ save / load
+    def save(self, path: str | os.PathLike) -> None:
+        """Writes one file with the library, the metadata and the constants.
+
+        The file holds native code: share it only with people who trust you, and load only
+        files you trust.
+        """
+        payload = io.BytesIO()
+        lib = self.lib_path.read_bytes()
+        payload.write(lib)
+        consts = []
+        for c in self.constants:
+            consts.append({"offset": payload.tell(), "nbytes": c.nbytes, "dtype": c.dtype.name,
+                           "shape": list(c.shape)})
+            payload.write(c.tobytes())
+        body = payload.getvalue()
+        header = {"meta": self.meta, "library_bytes": len(lib), "constants": consts,
+                  "sha256": hashlib.sha256(body).hexdigest()}
+        head = json.dumps(header).encode()
+        tmp = Path(str(path) + ".tmp")
+        with open(tmp, "wb") as f:
+            f.write(MAGIC + struct.pack("<Q", len(head)) + head + body)
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "CompiledGraph":
+        """Loads a saved graph (numpy only). Checks the file's integrity and that this machine
+        can run the code it holds."""
+        data = Path(path).read_bytes()
+        if not data.startswith(MAGIC):
+            raise LoadError(f"{path} is not a saved taskloom model")
+        try:
+            (n,) = struct.unpack("<Q", data[len(MAGIC):len(MAGIC) + 8])
+            header = json.loads(data[len(MAGIC) + 8:len(MAGIC) + 8 + n])
+            body = data[len(MAGIC) + 8 + n:]
+        except (struct.error, ValueError):
+            raise LoadError(f"{path} is damaged: its header cannot be read") from None
+        if hashlib.sha256(body).hexdigest() != header.get("sha256"):
+            raise LoadError(f"{path} is damaged: its contents do not match the checksum it was saved with")
+        from taskloom.target.cpu import CpuTarget
+        target = CpuTarget.from_dict(header["meta"]["target"])
+        if not target.runs_on_host():
+            raise LoadError(f"{path} was built for {target.key()}, which this machine cannot run "
+                            f"(it has {CpuTarget.host().key()}); compile the model here instead")
+        lib_bytes = body[:header["library_bytes"]]
+        cache = Path(tempfile.gettempdir()) / "taskloom-loaded"
+        cache.mkdir(exist_ok=True)
+        lib_path = cache / f"{hashlib.sha256(lib_bytes).hexdigest()}.so"
+        if not lib_path.exists():
+            tmp = lib_path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_bytes(lib_bytes)
+            os.replace(tmp, lib_path)
+        consts = [np.frombuffer(body, dtype=np.dtype(c["dtype"]), count=int(np.prod(c["shape"], dtype=np.int64)),
+                                offset=c["offset"]).reshape(c["shape"]).copy() for c in header["constants"]]
+        return cls(lib_path, header["meta"], consts)
+
+    def __repr__(self) -> str:
+        ins = ", ".join(f"{i['name']}: {i['dtype']}{i['shape']}" for i in self.inputs)
+        return f"<CompiledGraph ({ins}) -> {len(self.outputs)} output(s), {len(self.meta['kernels'])} kernels>"

@@ -1,0 +1,77 @@
+"""Tracing graphs and partitioning them into fused groups."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import taskloom
+from taskloom import ops
+from taskloom.graph import Graph, GraphError, input
+from taskloom.graph.fusion import fuse_graph
+
+rng = np.random.default_rng(0)
+
+
+def const(*shape):
+    return taskloom.asarray(rng.standard_normal(shape).astype(np.float32))
+
+
+def test_tracing_records_nodes_and_constants():
+    x = input((4, 8), name="x")
+    w, b = const(16, 8), const(16)
+    y = ops.relu(ops.linear(x, w, b))
+    assert not y.is_concrete and y.shape == (4, 16)
+    g = Graph([x], [y])
+    assert [n.op for n in g.nodes] == ["linear", "relu"]
+    assert g.constants == [w, b]
+    text = str(g)
+    assert "graph(x: f32[4, 8]):" in text and "= relu(%0)  # bijective" in text and "return %1" in text
+
+
+def test_a_graph_output_must_come_from_its_inputs():
+    x, other = input((3,), name="x"), input((3,), name="other")
+    with pytest.raises(GraphError, match="not among the graph's inputs"):
+        Graph([x], [ops.add(x, other)])
+    with pytest.raises(GraphError, match="must be a taskloom.graph.input"):
+        Graph([const(3)], [x])
+
+
+def groups_of(outputs, inputs):
+    return [g.ops for g in fuse_graph(Graph(inputs, outputs))]
+
+
+def test_conv_batchnorm_relu_is_one_group():
+    x = input((1, 3, 9, 9), name="x")
+    y = ops.conv2d(x, const(4, 3, 3, 3), const(4), padding=1)
+    y = ops.relu(ops.batch_norm(y, const(4), taskloom.asarray(np.ones(4, np.float32)), const(4), const(4)))
+    assert groups_of([ops.max_pool2d(y, 2)], [x]) == [["conv2d", "batch_norm", "relu"], ["max_pool2d"]]
+
+
+def test_prologues_epilogues_and_residuals_join_the_anchor():
+    x = input((8, 8), name="x")
+    w = const(8, 8)
+    h = ops.matmul(ops.transpose(x, 0, 1), w)           # transpose: an injective prologue
+    y = ops.add(ops.gelu(h), ops.transpose(x, 0, 1))     # gelu and the residual add: epilogues
+    assert groups_of([y], [x]) == [["transpose", "matmul", "gelu", "transpose", "add"]]
+
+
+def test_an_intermediate_that_is_also_an_output_is_not_fused_away():
+    x = input((4, 8), name="x")
+    h = ops.linear(x, const(8, 8))
+    y = ops.relu(h)
+    grouped = fuse_graph(Graph([x], [y, h]))
+    assert [g.ops for g in grouped] == [["linear"], ["relu"]]
+
+
+def test_two_reductions_stay_in_two_groups():
+    x = input((4, 8), name="x")
+    y = ops.softmax(ops.linear(x, const(8, 8)), axis=-1)
+    assert groups_of([y], [x]) == [["linear"], ["softmax"]]
+
+
+def test_a_tensor_read_twice_is_not_an_epilogue_input():
+    x = input((4, 8), name="x")
+    h = ops.linear(x, const(8, 8))
+    y = ops.add(ops.relu(h), ops.neg(h))
+    grouped = groups_of([y], [x])
+    assert grouped[0] == ["linear"] and sum(len(g) for g in grouped) == 4

@@ -10,7 +10,7 @@ import numpy as np
 def _blocks() -> list[str]:
     text = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
-    assert len(blocks) >= 2, "README lost an example"
+    assert len(blocks) >= 3, "README lost an example"
     return blocks
 
 
@@ -32,3 +32,11 @@ def test_readme_kernel_example_runs(capsys, tmp_path):
 def test_readme_eager_example_runs(tmp_path):
     ns = _run(_blocks()[1], tmp_path / "eager_example.py")
     np.testing.assert_allclose(ns["y"].numpy().sum(axis=-1), 1.0, rtol=1e-5)
+
+
+def test_readme_graph_example_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # it saves model.tlm in the working directory
+    ns = _run(_blocks()[2], tmp_path / "graph_example.py")
+    np.testing.assert_allclose(ns["out"].sum(axis=-1), 1.0, rtol=1e-5)
+    x = np.ones((4, 16), np.float32)
+    np.testing.assert_array_equal(ns["same"](x), ns["model"](x))

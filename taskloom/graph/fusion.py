@@ -19,7 +19,7 @@ from taskloom.graph.tensor import Tensor
 from taskloom.ir import expr as E
 from taskloom.ir.compute import (GridCompute, ReduceCompute, Task, TensorInput, bijective_inputs,
                                  has_reduction, tensor_input)
-from taskloom.ir.functor import Rewriter
+from taskloom.ir.functor import Rewriter, collect
 
 
 @dataclass(eq=False)
@@ -97,10 +97,12 @@ def fuse_graph(graph: Graph) -> list[FusedGroup]:
             break
 
     # prologues: an injective node read only by one other group joins it (last first, so
-    # chains of injective nodes fold into their reader one by one)
+    # chains of injective nodes fold into their reader one by one). Only cheap ones: an
+    # anchor may read an element of a prologue many times (a matmul reads A once per column
+    # block), so a prologue with a call (exp, erf...) would be recomputed each time.
     for n in reversed(graph.nodes):
         g = group_of[id(n)]
-        if has_reduction(n.task) or len(members[g]) > 1:
+        if has_reduction(n.task) or len(members[g]) > 1 or _costly(n):
             continue
         readers = {group_of[id(c)] for o in n.outputs for c in consumers.get(id(o), [])}
         if len(readers) != 1 or any(id(o) in outputs for o in n.outputs):
@@ -116,6 +118,10 @@ def fuse_graph(graph: Graph) -> list[FusedGroup]:
         groups.append(_group(nodes, consumers, outputs))
     groups.sort(key=lambda grp: min(order[id(n)] for n in grp.nodes))
     return _topological(groups)
+
+
+def _costly(n: Node) -> bool:
+    return any(collect(c.value, E.Call) for c in n.task.computes())
 
 
 def _topological(groups: list[FusedGroup]) -> list[FusedGroup]:

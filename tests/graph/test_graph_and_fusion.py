@@ -75,3 +75,9 @@ def test_a_tensor_read_twice_is_not_an_epilogue_input():
     y = ops.add(ops.relu(h), ops.neg(h))
     grouped = groups_of([y], [x])
     assert grouped[0] == ["linear"] and sum(len(g) for g in grouped) == 4
+
+
+def test_a_costly_injective_node_is_not_a_prologue():
+    x = input((8, 8), name="x")
+    y = ops.matmul(ops.gelu(x), const(8, 8))   # gelu before a matmul would be recomputed per column
+    assert groups_of([y], [x]) == [["gelu"], ["matmul"]]

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from taskloom.backend.build import build_library
+from taskloom.backend.codegen_c import c_symbol
 from taskloom.backend.launcher import Call, Ref, launcher_source
 from taskloom.errors import TaskloomError
 from taskloom.graph.graph import Graph, GraphError
@@ -71,7 +72,6 @@ def compile_graph(graph: Graph, target: CpuTarget | str | None = None, *, fuse: 
         if len(fn.params) != len(group.inputs) + len(group.outputs):
             raise TaskloomError(f"kernel {fn.name} has symbolic sizes; compiled graphs need static shapes")
         functions.append(fn)
-        from taskloom.backend.codegen_c import c_symbol
         args = tuple(refs[id(t)] for t in (*group.inputs, *group.outputs))
         calls.append(Call(c_symbol(fn.name), args, f"{group.name}: {' + '.join(group.ops)}"))
         kernels.append({"name": fn.name, "ops": group.ops, "category": group.category})

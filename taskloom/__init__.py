@@ -37,11 +37,12 @@ def build(functions: "Function | IRModule | Sequence[Function]", target: CpuTarg
 
 
 def compile(graph: "Graph", target: CpuTarget | str | None = None, *, fuse: bool = True,  # noqa: A001
-            verbose: bool = False) -> "CompiledGraph":
-    """Compiles a graph (``taskloom.graph.Graph``) into one native function: operators fused,
-    every kernel and a launcher in one shared library, intermediates in one planned arena."""
+            optimize: bool = True, verbose: bool = False) -> "CompiledGraph":
+    """Compiles a graph (``taskloom.graph.Graph``) into one native function: graph passes,
+    operators fused, every kernel and a launcher in one shared library, intermediates in one
+    planned arena."""
     from taskloom.compiler.graph_compiler import compile_graph
-    return compile_graph(graph, target, fuse=fuse, verbose=verbose)
+    return compile_graph(graph, target, fuse=fuse, optimize=optimize, verbose=verbose)
 
 
 def load(path: str) -> "CompiledGraph":
@@ -53,3 +54,15 @@ def load(path: str) -> "CompiledGraph":
 
 __all__ = ["build", "compile", "load", "ops", "Tensor", "asarray", "from_torch", "TaskloomError", "CpuTarget", "get_target",
            "host_target", "__version__"]
+
+
+#: Submodules imported on first use: ``taskloom.torch`` is the PyTorch frontend, so that
+#: ``import taskloom`` never imports torch.
+_LAZY_MODULES = {"torch": "taskloom.frontend.torch"}
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY_MODULES:
+        import importlib
+        return importlib.import_module(_LAZY_MODULES[name])
+    raise AttributeError(f"module 'taskloom' has no attribute {name!r}")

@@ -28,9 +28,13 @@ def _nbytes(t: Tensor) -> int:
 
 
 def compile_graph(graph: Graph, target: CpuTarget | str | None = None, *, fuse: bool = True,
-                  verbose: bool = False) -> CompiledGraph:
-    """Compiles ``graph`` for ``target`` (default: this machine) into one native function."""
+                  optimize: bool = True, verbose: bool = False) -> CompiledGraph:
+    """Compiles ``graph`` for ``target`` (default: this machine) into one native function:
+    graph passes (``optimize``), fusion (``fuse``), scheduling, memory planning, one build."""
     started = time.perf_counter()
+    if optimize:
+        from taskloom.graph.passes import optimize as run_passes
+        graph = run_passes(graph)
     tgt = get_target(target) if not isinstance(target, CpuTarget) else target
     for t in graph.inputs:
         if not all(isinstance(d, int) for d in t.shape):

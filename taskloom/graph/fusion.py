@@ -32,7 +32,8 @@ class FusedGroup:
     @staticmethod
     def single(node: Node) -> "FusedGroup":
         g = FusedGroup([node])
-        g.inputs, g.outputs = _unique(node.inputs), list(node.outputs)
+        # one argument per placeholder, even when a tensor is read twice (x * x)
+        g.inputs, g.outputs = list(node.inputs), list(node.outputs)
         g.task = node.task
         return g
 

@@ -154,9 +154,7 @@ def schedule_task(task: Task, target: CpuTarget, name: str | None = None) -> S.F
     for v in params:
         names.used.add(v.name)
     for t in (*task.inputs, *task.outputs):
-        if t.name in names.used:
-            raise TransformError(f"task '{task.name}': two tensors are named '{t.name}'")
-        var = E.Var(names.fresh(t.name), t.type)
+        var = E.Var(names.fresh(t.name), t.type)  # (fused groups may repeat a name: 'out')
         ctx.tensors[t] = var
         params.append(var)
     nodes = _materialized(task, shared_reads=True)

@@ -45,7 +45,7 @@ def test_cnn_matches_torch_and_fuses_conv_bn_relu(cnn):
     x = arr(2, 3, 9, 9)
     np.testing.assert_allclose(compiled(x), torch_cnn(w, x), rtol=1e-4, atol=1e-6)
     kernels = [k["ops"] for k in compiled.meta["kernels"]]
-    assert ["conv2d", "batch_norm", "relu"] in kernels
+    assert ["conv2d", "relu"] in kernels  # the batch norm is folded into the convolution's weights
     src = open(compiled.meta["source"]).read()
     assert src.count("void taskloom_graph(") == 1  # every kernel and the launcher: one library
 

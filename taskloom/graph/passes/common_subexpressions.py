@@ -1,0 +1,50 @@
+"""Common subexpression elimination: two nodes with equal tasks (the definition, the
+attributes and the input shapes, compared structurally) applied to the same input tensors
+compute the same values, so the second is dropped and its readers read the first.
+
+Constants with the same dtype, shape and bytes count as the same tensor (the first one
+stands for the others), so layers built twice from equal weights, or rewritten twice into
+equal weights by another pass, merge too. Every operator is a pure function of its
+inputs, so merging is always safe.
+"""
+from __future__ import annotations
+
+import hashlib
+
+from taskloom.graph.graph import Graph, Node
+from taskloom.graph.passes.rewrite import Rewrite, reapply, rewrite
+from taskloom.graph.tensor import Tensor
+from taskloom.ir.compute import Task
+
+
+class _Constants:
+    """One representative for each distinct constant value (dtype, shape and bytes)."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[tuple, list[Tensor]] = {}
+
+    def canonical(self, t: Tensor) -> Tensor:
+        if not t.is_concrete:
+            return t
+        data = t.numpy().tobytes()
+        same = self._by_key.setdefault((t.dtype, t.shape, hashlib.sha256(data).digest()), [])
+        for c in same:
+            if c is t or c.numpy().tobytes() == data:
+                return c
+        same.append(t)
+        return t
+
+
+def eliminate_common_subexpressions(graph: Graph) -> Graph:
+    """``graph`` with each repeated computation (same task on the same inputs) done once."""
+    seen: dict[tuple[Task, tuple[int, ...]], list[Tensor]] = {}
+    constants = _Constants()
+
+    def merge(node: Node, inputs: list[Tensor], ctx: Rewrite) -> list[Tensor] | None:
+        inputs = [constants.canonical(t) for t in inputs]
+        key = (node.task, tuple(id(t) for t in inputs))
+        if key not in seen:
+            # keep the node (re-recorded if its inputs changed) and remember its outputs
+            seen[key] = reapply(node, inputs)
+        return seen[key]
+    return rewrite(graph, merge)

@@ -1,0 +1,26 @@
+"""Constant folding: a node whose inputs are all constants runs now, at compile time, and
+its outputs become constants of the graph.
+
+Tracing already runs an operator applied to constants only (eager mode), so such nodes
+appear when a graph is assembled by hand with ``record`` or when another pass makes a
+node's inputs constant. A folded output is stored in full, so folding a broadcast of a
+small constant to a large shape trades memory for the (fusable) broadcast.
+"""
+from __future__ import annotations
+
+from taskloom.graph.eager import run_eager
+from taskloom.graph.graph import Graph, Node
+from taskloom.graph.passes.rewrite import Rewrite, rewrite
+from taskloom.graph.tensor import Tensor
+
+
+def _fold(node: Node, inputs: list[Tensor], ctx: Rewrite) -> list[Tensor] | None:
+    if all(t.is_concrete for t in inputs):
+        return run_eager(node.task, inputs)
+    return None
+
+
+def constant_folding(graph: Graph) -> Graph:
+    """``graph`` with every node whose inputs are all constants replaced by its results
+    (computed by the eager executor, so with the same kernels a compiled graph would use)."""
+    return rewrite(graph, _fold)

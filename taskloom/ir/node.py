@@ -5,6 +5,9 @@ import dataclasses
 from typing import Any, Iterator
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}  # per node class, its dataclass field names
+
+
 class Node:
     """An immutable IR node. Two nodes are equal when their classes and fields are equal.
 
@@ -15,7 +18,11 @@ class Node:
     __slots__ = ()
 
     def _fields(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, f.name) for f in dataclasses.fields(self))
+        names = _FIELD_NAMES.get(type(self))
+        if names is None:
+            names = _FIELD_NAMES[type(self)] = tuple(f.name for f in dataclasses.fields(self))
+        d = self.__dict__
+        return tuple(d[n] for n in names)
 
     def __hash__(self) -> int:
         h = self.__dict__.get("_hash")

@@ -73,27 +73,35 @@ class Graph:
         seen: set[int] = set()
         known_inputs = {id(t) for t in self.inputs}
 
-        def visit_tensor(t: Tensor, path: str) -> None:
-            if t.producer is not None:
-                visit_node(t.producer[0])
-            elif t.is_concrete:
-                if id(t) not in {id(c) for c in self.constants}:
-                    t.name = t.name or f"const{len(self.constants)}"
-                    self.constants.append(t)
-            elif id(t) not in known_inputs:
+        def check(t: Tensor, path: str) -> None:
+            if t.producer is None and not t.is_concrete and id(t) not in known_inputs:
                 raise GraphError(f"{path} depends on a tensor without data ({t.name or 'unnamed'}, shape "
                                  f"{t.shape}) that is not among the graph's inputs")
+            if t.producer is None and t.is_concrete and id(t) not in constant_ids:
+                constant_ids.add(id(t))
+                t.name = t.name or f"const{len(self.constants)}"
+                self.constants.append(t)
 
-        def visit_node(n: Node) -> None:
-            if id(n) in seen:
-                return
-            seen.add(id(n))
-            for i, t in enumerate(n.inputs):
-                visit_tensor(t, f"input {i} of {n.op}")
-            self.nodes.append(n)
-
-        for k, t in enumerate(self.outputs):
-            visit_tensor(t, f"graph output {k}")
+        # a depth-first walk with an explicit stack: graphs thousands of nodes deep are fine
+        constant_ids: set[int] = set()
+        for k, out in enumerate(self.outputs):
+            check(out, f"graph output {k}")
+            if out.producer is None:
+                continue
+            stack: list[tuple[Node, int]] = [(out.producer[0], 0)]
+            while stack:
+                node, i = stack.pop()
+                if i == 0 and id(node) in seen:
+                    continue
+                if i < len(node.inputs):
+                    stack.append((node, i + 1))
+                    t = node.inputs[i]
+                    check(t, f"input {i} of {node.op}")
+                    if t.producer is not None and id(t.producer[0]) not in seen:
+                        stack.append((t.producer[0], 0))
+                else:
+                    seen.add(id(node))
+                    self.nodes.append(node)
 
     def __str__(self) -> str:
         names: dict[int, str] = {id(t): t.name for t in (*self.inputs, *self.constants)}  # type: ignore[misc]

@@ -22,6 +22,7 @@ from taskloom.errors import OpError
 from taskloom.graph.tensor import Tensor
 from taskloom.ir import dtypes as T
 from taskloom.ir import expr as E
+from taskloom.ir.dtypes import index_type
 from taskloom.ir.compute import GridCompute, TensorInput, compute
 from taskloom.ops.base import apply, as_tensor, is_unit, normalize_axes, normalize_axis
 
@@ -582,6 +583,12 @@ def slice(x: Any, axis: int, start: int | None, stop: int | None, step: int = 1)
 
 # ----------------------------------------------------------------------------- gathers
 
+def _index(value: E.Expr) -> E.Expr:
+    """An index read from a tensor, as the IR's index type (int64 indices were range-checked
+    against the sizes, which are int32)."""
+    return E.cast(value, index_type)
+
+
 def gather(x: Any, axis: int, index: Any) -> Tensor:
     """``out[i][j][k] = x[index[i][j][k]][j][k]`` for ``axis`` 0, and likewise for other
     axes (``torch.gather``): ``index`` (int32 or int64) has the rank of ``x``, is no larger
@@ -602,7 +609,7 @@ def gather(x: Any, axis: int, index: Any) -> Tensor:
     _index_arg(op, "index", idx, x.shape[ax])
 
     def build(X: TensorInput, I: TensorInput) -> GridCompute:
-        return compute(op, I.shape, lambda *i: X[tuple(I[i] if d == ax else i[d] for d in range(x.ndim))])
+        return compute(op, I.shape, lambda *i: X[tuple(_index(I[i]) if d == ax else i[d] for d in range(x.ndim))])
     return apply(op, [x, idx], ["x", "index"], build, {"axis": ax})[0]
 
 
@@ -622,7 +629,7 @@ def index_select(x: Any, axis: int, index: Any) -> Tensor:
 
     def build(X: TensorInput, I: TensorInput) -> GridCompute:
         shape = [I.shape[0] if d == ax else s for d, s in enumerate(X.shape)]
-        return compute(op, shape, lambda *i: X[tuple(I[i[ax]] if d == ax else i[d] for d in range(x.ndim))])
+        return compute(op, shape, lambda *i: X[tuple(_index(I[i[ax]]) if d == ax else i[d] for d in range(x.ndim))])
     return apply(op, [x, idx], ["x", "index"], build, {"axis": ax})[0]
 
 
@@ -639,7 +646,7 @@ def embedding(indices: Any, weight: Any) -> Tensor:
     nd = idx.ndim
 
     def build(I: TensorInput, W: TensorInput) -> GridCompute:
-        return compute(op, [*I.shape, W.shape[1]], lambda *i: W[I[tuple(i[:nd])], i[nd]])
+        return compute(op, [*I.shape, W.shape[1]], lambda *i: W[_index(I[tuple(i[:nd])]), i[nd]])
     return apply(op, [idx, w], ["indices", "weight"], build)[0]
 
 

@@ -96,10 +96,11 @@ class _Reads(Rewriter):
         self.ctx = ctx
 
     def visit_TensorElement(self, e: E.TensorElement) -> E.Expr:
-        idx = tuple(self.visit(i) for i in e.indices)
         t = e.tensor
         if isinstance(t, GridCompute) and t not in self.ctx.tensors:
-            return self.visit(substitute(t.value, dict(zip(t.axes, idx))))
+            # inline with the indices as they are: the result is rewritten once, as a whole
+            return self.visit(substitute(t.value, dict(zip(t.axes, e.indices))))
+        idx = tuple(self.visit(i) for i in e.indices)
         var = self.ctx.tensors[t]
         if t in self.ctx.local:
             idx = idx[self.ctx.prefix:]  # per-row buffer: the shared row axes are implicit

@@ -66,3 +66,8 @@ class OpError(TaskloomError):
 
 class LoadError(TaskloomError):
     """A built module or saved model could not be loaded (missing, corrupt, built for another target)."""
+
+
+class FrontendError(TaskloomError):
+    """A model from another framework (PyTorch, ONNX) that cannot become a taskloom graph:
+    unsupported operators (all listed at once), attributes or dynamic shapes."""

@@ -17,8 +17,8 @@ from typing import Any
 from taskloom.graph.graph import Graph, Node
 from taskloom.graph.tensor import Tensor
 from taskloom.ir import expr as E
-from taskloom.ir.compute import (GridCompute, ReduceCompute, Task, TensorInput, bijective_inputs,
-                                 has_reduction, tensor_input)
+from taskloom.ir.compute import (GridCompute, ReduceCompute, Task, TensorInput, has_reduction,
+                                 preserves_order, tensor_input)
 from taskloom.ir.functor import Rewriter, collect
 
 
@@ -84,15 +84,17 @@ def fuse_graph(graph: Graph) -> list[FusedGroup]:
     def has_anchor(g: int) -> bool:
         return any(has_reduction(n.task) for n in members[g])
 
-    # epilogues: a node bijective in a tensor that only it reads joins that tensor's group
+    # epilogues: a node bijective in a tensor that only it reads, keeping its elements'
+    # order (elementwise ops, reshapes), joins that tensor's group. A transpose does not: the
+    # anchor would compute its results in the transposed order; it becomes a prologue of
+    # its reader instead.
     for n in graph.nodes:
         if has_reduction(n.task) or len(members[group_of[id(n)]]) > 1:
             continue
-        bij = {id(p) for p in bijective_inputs(n.task)}
         for placeholder, t in zip(n.task.inputs, n.inputs):
-            if id(placeholder) not in bij or t.producer is None or id(t) in outputs:
+            if t.producer is None or id(t) in outputs or len(consumers.get(id(t), [])) != 1:
                 continue
-            if len(consumers.get(id(t), [])) != 1 or t.shape != n.outputs[0].shape:
+            if not preserves_order(n.task, placeholder):
                 continue
             merge(group_of[id(n)], group_of[id(t.producer[0])])
             break
@@ -126,22 +128,25 @@ def _costly(n: Node) -> bool:
 
 
 def _topological(groups: list[FusedGroup]) -> list[FusedGroup]:
-    """Orders groups so each follows the groups whose outputs it reads."""
+    """Orders groups so each follows the groups whose outputs it reads (an explicit stack,
+    so graphs thousands of groups deep are fine)."""
     made_by = {id(t): g for g in groups for t in g.outputs}
     done: set[int] = set()
     out: list[FusedGroup] = []
-
-    def visit(g: FusedGroup) -> None:
-        if id(g) in done:
-            return
-        done.add(id(g))
-        for t in g.inputs:
-            if id(t) in made_by:
-                visit(made_by[id(t)])
-        out.append(g)
-
-    for g in groups:
-        visit(g)
+    for root in groups:
+        stack: list[tuple[FusedGroup, int]] = [(root, 0)]
+        while stack:
+            g, i = stack.pop()
+            if i == 0 and id(g) in done:
+                continue
+            if i < len(g.inputs):
+                stack.append((g, i + 1))
+                producer = made_by.get(id(g.inputs[i]))
+                if producer is not None and id(producer) not in done:
+                    stack.append((producer, 0))
+            else:
+                done.add(id(g))
+                out.append(g)
     return out
 
 

@@ -278,6 +278,19 @@ def inverse_map(task: Task, inp: TensorInput) -> tuple[tuple[E.Var, ...], tuple[
     return tuple(names), tuple(simplify_expr(i, in_bounds) for i in _unravel(_linear(names, in_shape), out_shape))
 
 
+def preserves_order(task: Task, inp: TensorInput) -> bool:
+    """Whether ``task`` is bijective in ``inp`` and keeps the row-major order of its elements
+    (elementwise operators, reshapes; not transposes). Such an epilogue leaves a fused anchor
+    computing its results in its own order."""
+    m = inverse_map(task, inp)
+    if m is None:
+        return False
+    names, out_idx = m
+    bounds = {n: (0, int(d.value) - 1) if isinstance(d, E.Constant) else (0, None)
+              for n, d in zip(names, inp.shape)}
+    return _same(_linear(out_idx, task.outputs[0].shape) - _linear(names, inp.shape), E.as_expr(0), bounds)
+
+
 def _prod(xs: Sequence[E.Expr]) -> E.Expr:
     out: E.Expr = E.as_expr(1)
     for x in xs:

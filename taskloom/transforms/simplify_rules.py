@@ -140,6 +140,31 @@ def _split(m: Match, op: str) -> Expr | None:
     return Binary("mod", rest, m.c)
 
 
+def _drop_low(m: Match, op: str) -> Expr | None:
+    """``(a*q + r) // c -> q // (c/a)`` and ``(a*q + r) % c -> (q % (c/a)) * a + r`` when
+    ``a`` divides ``c``, ``0 <= r < a`` and ``a*q + r >= 0``: the low part ``r`` cannot carry
+    into the quotient (``(x0*12 + x1) // 36 -> x0 // 3`` for ``x1`` in ``[0, 12)``)."""
+    c = _c(m)
+    if c <= 1 or not m.bounds.is_nonneg(m.x):
+        return None
+    form = linear_form(m.x)
+    for a in sorted((d for d in range(2, c) if c % d == 0), reverse=True):
+        q, r = Linear(form.dtype), Linear(form.dtype)
+        for t, k in form.terms.items():
+            (q.add_term(t, k // a) if k % a == 0 else r.add_term(t, k))
+        q.const, r.const = divmod(form.const, a)
+        if q.is_const():
+            continue
+        lo, hi = m.bounds.bound(r.to_expr())
+        if lo is None or hi is None or lo < 0 or hi >= a:
+            continue
+        k = Constant(c // a, form.dtype)
+        if op == "div":
+            return Binary("div", q.to_expr(), k)
+        return Binary("add", Binary("mul", Binary("mod", q.to_expr(), k), Constant(a, form.dtype)), r.to_expr())
+    return None
+
+
 def _difference(m: Match) -> tuple[int | None, int | None]:
     """The range of ``x - y``, after simplification (so that shared terms cancel)."""
     return m.bounds.bound(m.simplify(Binary("sub", m.x, m.y)))
@@ -215,6 +240,8 @@ RULES = RuleTable([
          when=lambda m: _c(m, "c2") != 0 and _c(m, "c1") % _c(m, "c2") == 0),
     rule("div-split-sum", x // c, lambda m: _split(m, "div")),
     rule("mod-split-sum", x % c, lambda m: _split(m, "mod")),
+    rule("div-drop-low", x // c, lambda m: _drop_low(m, "div")),
+    rule("mod-drop-low", x % c, lambda m: _drop_low(m, "mod")),
     # min and max
     rule("min-same", minimum(ax, ax), lambda m: m.x),
     rule("max-same", maximum(ax, ax), lambda m: m.x),

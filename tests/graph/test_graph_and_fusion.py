@@ -81,3 +81,13 @@ def test_a_costly_injective_node_is_not_a_prologue():
     x = input((8, 8), name="x")
     y = ops.matmul(ops.gelu(x), const(8, 8))   # gelu before a matmul would be recomputed per column
     assert groups_of([y], [x]) == [["gelu"], ["matmul"]]
+
+
+def test_reshapes_are_epilogues_and_transposes_are_not():
+    x = input((6, 8), name="x")
+    h = ops.linear(x, const(12, 8))                                    # (6, 12)
+    y = ops.gelu(ops.reshape(h, (2, 3, 12)))                           # reshape keeps the order
+    assert groups_of([y], [x]) == [["linear", "reshape", "gelu"]]
+    z = ops.relu(ops.transpose(ops.linear(x, const(12, 8)), 0, 1))     # transpose does not
+    grouped = groups_of([z], [x])
+    assert ["linear"] in grouped and len(grouped) == 2

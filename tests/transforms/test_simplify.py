@@ -506,3 +506,14 @@ def test_div_mod_recombine_with_a_symbolic_divisor():
     assert simplify_expr(((i // m) * m + i % m) * n + 3) == i * n + 3
     # different divisors do not combine
     assert simplify_expr((i // m) * n + i % m) != i
+
+
+def test_low_terms_that_cannot_carry_drop_out_of_a_division():
+    x0, x1 = var("x0"), var("x1")
+    b = {x0: (0, 5), x1: (0, 11)}
+    assert simplify_expr((x0 * 12 + x1) // 36, b) == x0 // 3
+    assert simplify_expr((x0 * 12 + x1) % 36, b) == x0 % 3 * 12 + x1
+    # x1 may reach 12: it can carry, so nothing drops
+    assert simplify_expr((x0 * 12 + x1) // 36, {x0: (0, 5), x1: (0, 12)}) != x0 // 3
+    # without bounds on x1 nothing is known
+    assert simplify_expr((x0 * 12 + x1) // 36, {x0: (0, 5)}) != x0 // 3

@@ -1,0 +1,1 @@
+"""Frontends: models from other frameworks (PyTorch, ONNX) become taskloom graphs."""

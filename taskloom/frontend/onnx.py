@@ -1,0 +1,402 @@
+"""ONNX models in: ``from_onnx(path_or_model)`` gives a compiled model, ``onnx_to_graph``
+the taskloom graph before compiling.
+
+    compiled = taskloom.onnx.from_onnx("model.onnx")          # or an onnx.ModelProto
+    y = compiled(x)                                            # numpy arrays or torch tensors
+
+Each node goes through the converter registered for its operator type and version
+(:data:`REGISTRY`; see ``onnx_registry`` for how to add one). Initializers and ``Constant``
+nodes become numpy constants; a node whose inputs are all constants is computed at once
+with ONNX's own reference implementation (numpy), so the shape arithmetic exporters emit
+(``Shape -> Gather -> Unsqueeze -> Concat -> Reshape``) folds away on the static shapes and
+a ``Reshape`` gets a constant target. Model inputs become ``taskloom.graph.input``s with
+their static shapes, or the ``input_shapes`` given for symbolic ones.
+
+Every operator that cannot be converted is reported in one :class:`FrontendError`, with
+its count, together with any node whose attributes taskloom does not support.
+
+The ``onnx`` package is imported only when a model is converted (``pip install
+'taskloom[onnx]'``).
+"""
+from __future__ import annotations
+
+import os
+from collections import Counter
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+import numpy as np
+
+# the converters register themselves on import
+from taskloom.frontend import onnx_elementwise, onnx_nn, onnx_shape  # noqa: F401
+from taskloom.frontend.onnx_registry import (ONNX_DTYPES, REGISTRY, ConstantPool, Converter, OnnxNode, Value,
+                                             as_numpy, converter, is_const, taskloom_dtype)
+from taskloom.errors import FrontendError, OpError
+from taskloom.graph.graph import Graph
+from taskloom.graph.tensor import Tensor, input as graph_input
+from taskloom.ir import dtypes as T
+
+if TYPE_CHECKING:
+    from taskloom.runtime.compiled_graph import CompiledGraph
+    from taskloom.target import CpuTarget
+
+__all__ = ["from_onnx", "onnx_to_graph", "load_model", "REGISTRY", "converter", "Converter", "OnnxNode",
+           "supported_ops"]
+
+#: Operators whose output is random: never computed at conversion time.
+_NO_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial"}
+
+InputShapes = Mapping[str, Sequence[int]] | Sequence[Sequence[int]] | None
+
+
+def _onnx() -> Any:
+    try:
+        import onnx
+    except ImportError:
+        raise FrontendError("the ONNX frontend needs the onnx package: pip install 'taskloom[onnx]'") from None
+    return onnx
+
+
+def supported_ops() -> dict[str, tuple[int, int]]:
+    """Every operator type with a converter, and the operator versions it covers."""
+    return {op: c.versions for op, c in sorted(REGISTRY.items())}
+
+
+def load_model(path_or_model: Any) -> Any:
+    """An ``onnx.ModelProto`` from a path, serialized bytes, or a ModelProto (returned as is)."""
+    onnx = _onnx()
+    if isinstance(path_or_model, onnx.ModelProto):
+        return path_or_model
+    if isinstance(path_or_model, (bytes, bytearray)):
+        return onnx.load_from_string(bytes(path_or_model))
+    if isinstance(path_or_model, (str, os.PathLike)):
+        if not os.path.exists(path_or_model):
+            raise FrontendError(f"no ONNX model at {os.fspath(path_or_model)!r}")
+        try:
+            return onnx.load(os.fspath(path_or_model))
+        except Exception as e:
+            raise FrontendError(f"{os.fspath(path_or_model)!r} is not a readable ONNX model: {e}") from None
+    raise FrontendError(f"from_onnx() takes a path, bytes or an onnx.ModelProto, got {type(path_or_model).__name__}")
+
+
+def from_onnx(path_or_model: Any, input_shapes: InputShapes = None, *,
+              constants: Mapping[str, Any] | None = None, target: "CpuTarget | str | None" = None,
+              verbose: bool = False) -> "CompiledGraph":
+    """Converts an ONNX model (a path, bytes or an ``onnx.ModelProto``) and compiles it for
+    ``target`` (default: this machine).
+
+    ``input_shapes`` gives the shapes of inputs whose dimensions the model leaves symbolic:
+    ``{"input_ids": (1, 128)}``, or one shape per model input in order. ``constants`` fixes
+    the values of model inputs that decide the computation's shape (a ``Reshape`` target or
+    ``Slice`` bounds the model takes as inputs): ``{"shape": np.array([2, -1])}``; they are
+    no longer inputs of the compiled model. When a model needs that, the error says which
+    inputs (also as ``error.constant_inputs``). The compiled model is called with the
+    remaining inputs (initializers excluded) in order."""
+    import taskloom
+    return taskloom.compile(onnx_to_graph(path_or_model, input_shapes, constants=constants), target,
+                            verbose=verbose)
+
+
+# ----------------------------------------------------------------------------- the conversion
+
+def onnx_to_graph(model: Any, input_shapes: InputShapes = None, *,
+                  constants: Mapping[str, Any] | None = None) -> Graph:
+    """The taskloom graph of an ONNX model (a path, bytes or an ``onnx.ModelProto``); see
+    :func:`from_onnx`. Raises one :class:`FrontendError` listing every operator without a
+    converter (with counts) and every node that cannot be converted."""
+    onnx = _onnx()
+    model = load_model(model)
+    if model.functions:
+        from onnx import inliner
+        model = inliner.inline_local_functions(model)
+    return _Converter(onnx, model).run(input_shapes, dict(constants or {}))
+
+
+def _inputs_behind(t: Tensor) -> set[str]:
+    """The names of the graph inputs a traced tensor is computed from."""
+    found: set[str] = set()
+    seen: set[int] = set()
+    stack = [t]
+    while stack:
+        v = stack.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        if v.producer is not None:
+            stack.extend(v.producer[0].inputs)
+        elif not v.is_concrete and v.name:
+            found.add(v.name)
+    return found
+
+
+def _constant_if_known(v: Value) -> Value:
+    """Concrete tensors as numpy arrays, and empty tensors (which hold no data) as empty
+    constants, so that no kernel is built for them."""
+    if isinstance(v, Tensor):
+        if v.is_concrete:
+            return as_numpy(v)
+        if 0 in v.shape and v.dtype.numpy is not None:
+            return np.zeros(tuple(int(d) for d in v.shape), dtype=v.dtype.numpy)
+    return v
+
+
+class _Unsupported(Exception):
+    """A node no converter handles: the key its count is reported under."""
+
+
+class _Converter:
+    def __init__(self, onnx: Any, model: Any):
+        self.onnx = onnx
+        self.model = model
+        self.graph = model.graph
+        self.opsets = {("" if imp.domain == "ai.onnx" else imp.domain): int(imp.version)
+                       for imp in model.opset_import}
+        self.pool = ConstantPool()
+        self.env: dict[str, Value] = {}
+        self._versions: dict[tuple[str, str], int | None] = {}
+
+    # ------------------------------------------------------------------ entry
+    def run(self, input_shapes: InputShapes, constants: dict[str, Any]) -> Graph:
+        from onnx import numpy_helper
+        g = self.graph
+        if len(g.sparse_initializer):
+            raise FrontendError("sparse initializers are not supported; store them dense")
+        for init in g.initializer:
+            self.env[init.name] = numpy_helper.to_array(init)
+        self._fix_inputs(constants)
+        inputs = self._inputs(input_shapes)
+        for t in inputs:
+            self.env[t.name] = t  # type: ignore[index]
+        demanded: set[str] = set()  # model inputs a converter needs as constants
+
+        unsupported: Counter[str] = Counter()
+        problems: list[str] = []
+        failed: set[str] = set()  # values whose producer could not be converted
+        for k, node in enumerate(g.node):
+            label = f"node '{node.name}' ({node.op_type})" if node.name else \
+                f"node {k} ({node.op_type} -> {', '.join(repr(o) for o in node.output if o)})"
+            ins: list[Value | None] = []
+            blocked = False
+            for name in node.input:
+                if name == "":
+                    ins.append(None)
+                elif name in self.env:
+                    ins.append(self.env[name])
+                else:
+                    blocked = True
+                    if name not in failed:
+                        problems.append(f"{label}: input '{name}' is not defined before the node")
+            outs: list[Value] | None = None
+            if blocked:  # its inputs failed; still list its operator if it has no converter
+                missing = self._missing_converter(node)
+                if missing:
+                    unsupported[missing] += 1
+            else:
+                try:
+                    outs = self._convert(node, label, ins)
+                except _Unsupported as e:
+                    unsupported[str(e)] += 1
+                except (FrontendError, OpError) as e:
+                    if isinstance(getattr(e, "needs_constant", None), Tensor):
+                        demanded.update(_inputs_behind(e.needs_constant))  # type: ignore[attr-defined]
+                    msg = str(e)
+                    problems.append(msg if msg.startswith(label) else f"{label}: {msg}")
+            if outs is None:
+                failed.update(o for o in node.output if o)
+                continue
+            for name, v in zip(node.output, outs):
+                if name:
+                    self.env[name] = v
+        outputs = self._outputs(problems) if not unsupported and not problems else []
+        if unsupported or problems:
+            if demanded:
+                names = ", ".join(repr(d) for d in sorted(demanded))
+                problems.append(f"model input(s) {names} decide shapes or axes: fix their values with "
+                                "constants={name: array}")
+            err = FrontendError(self._report(unsupported, problems))
+            err.constant_inputs = sorted(demanded)  # type: ignore[attr-defined]
+            raise err
+        return Graph(inputs, outputs)
+
+    def _fix_inputs(self, constants: dict[str, Any]) -> None:
+        """Model inputs given values in ``constants`` become constants of those values."""
+        declared = {vi.name: vi for vi in self.graph.input}
+        for name, value in constants.items():
+            vi = declared.get(name)
+            if vi is None:
+                raise FrontendError(f"constants names '{name}', which is not a model input "
+                                    f"(inputs: {', '.join(repr(k) for k in declared)})")
+            arr = np.asarray(value)
+            tt = vi.type.tensor_type
+            if tt.elem_type in ONNX_DTYPES and tt.elem_type != 16:
+                arr = arr.astype(T.dtype(ONNX_DTYPES[tt.elem_type]).numpy)
+            self.env[name] = arr
+
+    # ------------------------------------------------------------------ inputs and outputs
+    def _inputs(self, input_shapes: InputShapes) -> list[Tensor]:
+        declared = [vi for vi in self.graph.input if vi.name not in self.env]
+        given: dict[str, Sequence[int]] = {}
+        if isinstance(input_shapes, Mapping):
+            unknown = set(input_shapes) - {vi.name for vi in declared}
+            if unknown:
+                names = ", ".join(repr(vi.name) for vi in declared)
+                raise FrontendError(f"input_shapes names {sorted(unknown)}, which are not model inputs (inputs: {names})")
+            given = dict(input_shapes)
+        elif input_shapes is not None:
+            shapes = list(input_shapes)
+            if len(shapes) != len(declared):
+                raise FrontendError(f"input_shapes holds {len(shapes)} shapes but the model has {len(declared)} inputs")
+            given = {vi.name: s for vi, s in zip(declared, shapes)}
+        out, errors = [], []
+        for vi in declared:
+            where = f"model input '{vi.name}'"
+            if not vi.type.HasField("tensor_type"):
+                errors.append(f"{where} is not a tensor (sequences, maps and optionals are not supported)")
+                continue
+            tt = vi.type.tensor_type
+            dims: list[int | str] | None = None
+            if tt.HasField("shape"):
+                dims = [int(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim]
+            shape = given.get(vi.name)
+            if shape is not None:
+                shape = [int(s) for s in shape]
+                if dims is not None and (len(dims) != len(shape) or any(
+                        isinstance(d, int) and d != s for d, s in zip(dims, shape))):
+                    errors.append(f"{where} has shape {dims} in the model; input_shapes gives {shape}, which "
+                                  "does not fit it")
+                    continue
+            elif dims is None or not all(isinstance(d, int) for d in dims):
+                shown = "an unknown rank" if dims is None else f"the symbolic shape {dims}"
+                errors.append(f"{where} has {shown}; give its static shape: input_shapes={{'{vi.name}': (...)}}")
+                continue
+            else:
+                shape = dims  # type: ignore[assignment]
+            try:
+                dt = taskloom_dtype(tt.elem_type, where)
+            except FrontendError as e:
+                errors.append(str(e))
+                continue
+            out.append(graph_input(tuple(shape), dt, name=vi.name))  # type: ignore[arg-type]
+        if errors:
+            raise FrontendError("cannot create the model's inputs:\n  " + "\n  ".join(errors))
+        return out
+
+    def _outputs(self, problems: list[str]) -> list[Tensor]:
+        outs = []
+        for vi in self.graph.output:
+            v = self.env.get(vi.name)
+            if v is None:
+                problems.append(f"model output '{vi.name}' is not computed by any node")
+                continue
+            t = v if isinstance(v, Tensor) else self.pool.tensor(v, f"model output '{vi.name}'")
+            tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
+            if tt is not None and tt.elem_type:
+                want = taskloom_dtype(tt.elem_type, f"model output '{vi.name}'")
+                if want != t.dtype:
+                    problems.append(f"model output '{vi.name}' came out as {t.dtype.name}, but the model "
+                                    f"declares {want.name}")
+            if tt is not None and tt.HasField("shape"):
+                dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+                shape = tuple(int(d) for d in t.shape)
+                if len(dims) != len(shape) or any(d is not None and d != s for d, s in zip(dims, shape)):
+                    problems.append(f"model output '{vi.name}' came out with shape {shape}, but the model "
+                                    f"declares {[d if d is not None else '?' for d in dims]}")
+            outs.append(t)
+        return outs
+
+    # ------------------------------------------------------------------ one node
+    def _version(self, op_type: str, domain: str) -> int | None:
+        key = (op_type, domain)
+        if key not in self._versions:
+            opset = self.opsets.get(domain)
+            version = None
+            if opset is not None:
+                try:
+                    version = int(self.onnx.defs.get_schema(op_type, opset, domain).since_version)
+                except Exception:
+                    version = None
+            self._versions[key] = version
+        return self._versions[key]
+
+    def _missing_converter(self, node: Any) -> str | None:
+        """How the report names a node's operator when no converter handles it, else None."""
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        version = self._version(node.op_type, domain)
+        where = f"{domain}." if domain else ""
+        if version is None:
+            return (f"{where}{node.op_type} (not in opset {self.opsets[domain]})" if domain in self.opsets
+                    else f"{where}{node.op_type} (domain not imported)")
+        conv = REGISTRY.get(node.op_type) if domain == "" else None
+        if conv is None or not conv.supports(version):
+            return f"{where}{node.op_type} (version {version})"
+        return None
+
+    def _convert(self, node: Any, label: str, ins: list[Value | None]) -> list[Value]:
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        version = self._version(node.op_type, domain)
+        if version is not None and all(v is None or is_const(v) for v in ins) and node.op_type not in _NO_FOLD:
+            folded = self._fold(node, ins, domain)
+            if folded is not None:
+                return folded
+        missing = self._missing_converter(node)
+        if missing:
+            raise _Unsupported(missing)
+        conv = REGISTRY[node.op_type]
+        args = OnnxNode(node.op_type, label, version, ins, self._attrs(node, label), list(node.output), self.pool)
+        result = conv.fn(args)
+        outs = list(result) if isinstance(result, (list, tuple)) else [result]
+        wanted = [k for k, name in enumerate(node.output) if name]
+        if wanted and wanted[-1] >= len(outs):
+            raise FrontendError(f"{label}: output {wanted[-1]} is read by the model but not supported")
+        return [_constant_if_known(v) for v in outs]
+
+    def _fold(self, node: Any, ins: list[Value | None], domain: str) -> list[Value] | None:
+        """The outputs of a node whose inputs are all constants, by ONNX's reference
+        implementation; None where it cannot compute them (the converter then runs)."""
+        from onnx.reference import ReferenceEvaluator
+        feeds = {name: as_numpy(v) for name, v in zip(node.input, ins) if name}
+        try:
+            evaluator = ReferenceEvaluator(node, opsets={domain: self.opsets[domain]})
+            outs = evaluator.run(None, feeds)
+        except Exception:
+            return None
+        result: list[Value] = []
+        for o in outs:
+            arr = np.asarray(o)
+            if arr.dtype == object:
+                return None
+            result.append(arr)
+        return result
+
+    def _attrs(self, node: Any, label: str) -> dict[str, Any]:
+        from onnx import AttributeProto, helper, numpy_helper
+        out: dict[str, Any] = {}
+        for a in node.attribute:
+            if a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS):
+                raise FrontendError(f"{label}: attribute '{a.name}' holds a subgraph; control flow "
+                                    "(If, Loop, Scan) is not supported")
+            v = helper.get_attribute_value(a)
+            if a.type == AttributeProto.TENSOR:
+                v = numpy_helper.to_array(v)
+            elif a.type == AttributeProto.TENSORS:
+                v = [numpy_helper.to_array(t) for t in v]
+            elif a.type == AttributeProto.STRING:
+                v = v.decode()
+            elif a.type == AttributeProto.STRINGS:
+                v = [s.decode() for s in v]
+            elif a.type == AttributeProto.SPARSE_TENSOR:
+                v = None
+            out[a.name] = v
+        return out
+
+    # ------------------------------------------------------------------ the report
+    def _report(self, unsupported: Counter[str], problems: list[str]) -> str:
+        name = self.graph.name or "unnamed"
+        lines = [f"cannot convert the ONNX model (graph '{name}'):"]
+        if unsupported:
+            listed = ", ".join(f"{op} x{count}" for op, count in sorted(unsupported.items()))
+            lines.append(f"  {len(unsupported)} operator type(s) without a converter: {listed}")
+            lines.append("  (supported: " + ", ".join(sorted(REGISTRY)) + "; add one with "
+                         "taskloom.frontend.onnx.converter)")
+        lines += [f"  {p}" for p in problems]
+        return "\n".join(lines)
+

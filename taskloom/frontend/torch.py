@@ -1,0 +1,272 @@
+"""PyTorch frontend: a ``torch.compile`` backend that turns a model into one native function.
+
+    model = MyModel().eval()
+    fast = torch.compile(model, backend="taskloom")                    # the installed entry point
+    fast = torch.compile(model, backend="taskloom", options={"tune": 1, "fallback": True})
+    fast = taskloom.torch.compile(model, target="cpu", tune=0)         # the same, as a helper
+    y = fast(x)                                                        # torch tensors in and out
+
+For each graph dynamo captures, the backend lowers it to core ATen operators with torch's
+own decompositions (:mod:`~taskloom.frontend.torch_lower`), converts those to a taskloom
+graph (:mod:`~taskloom.frontend.torch_convert`, through the converter registry of
+:mod:`~taskloom.frontend.torch_aten`), and compiles that with :func:`taskloom.compile`.
+
+What to know:
+
+- It is for inference. Parameters and buffers become constants of the compiled graph; when
+  one is changed in place or replaced, the next call compiles again with the new values.
+- Shapes are static: a new input shape compiles a new graph (kept beside the others).
+- Inputs must be CPU tensors; outputs are CPU torch tensors sharing memory with the
+  arrays the native code wrote (DLPack, no copy).
+- Operators without a converter are all listed in one :class:`~taskloom.errors.FrontendError`;
+  with ``fallback=True`` the graph runs in eager PyTorch instead, with a warning naming them.
+"""
+from __future__ import annotations
+
+import inspect
+import re
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+from torch.utils._pytree import tree_unflatten
+
+from taskloom.errors import FrontendError
+from taskloom.frontend.torch_aten import REGISTRY, register
+from taskloom.frontend.torch_convert import Conversion, convert
+from taskloom.frontend.torch_lower import lower_to_aten
+
+__all__ = ["Backend", "CompiledFunction", "FallbackWarning", "Options", "REGISTRY", "compile", "register",
+           "taskloom_backend"]
+
+
+class FallbackWarning(UserWarning):
+    """A graph runs in eager PyTorch because taskloom could not compile it (``fallback=True``)."""
+
+
+@dataclass(frozen=True)
+class Options:
+    """The backend's options: ``target`` (a :class:`~taskloom.target.CpuTarget` or a string such
+    as ``"cpu -isa=avx2"``; None is this machine), ``tune`` (0: predict schedules without
+    measuring, 1: measure the best predicted, 2: measure the whole space) and ``fallback``
+    (run graphs taskloom cannot compile in eager PyTorch instead of raising)."""
+
+    target: Any = None
+    tune: int = 0
+    fallback: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.tune, bool) or self.tune not in (0, 1, 2):
+            raise FrontendError(f"taskloom backend: option 'tune'={self.tune!r} is not valid (valid: 0, 1, 2)")
+        if not isinstance(self.fallback, bool):
+            raise FrontendError(f"taskloom backend: option 'fallback'={self.fallback!r} must be True or False")
+        if self.target is not None and not isinstance(self.target, str) and not hasattr(self.target, "key"):
+            raise FrontendError(f"taskloom backend: option 'target'={self.target!r} must be None, a string "
+                                "such as 'cpu' or a taskloom CpuTarget")
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any] | None = None, mode: str | None = None,
+              defaults: "Options | None" = None) -> "Options":
+        """Options from ``torch.compile(..., options={...})`` over ``defaults``;
+        ``mode='max-autotune'`` means tune=2 unless ``options`` set it."""
+        given = dict(options or {})
+        unknown = sorted(set(given) - {"target", "tune", "fallback"})
+        if unknown:
+            raise FrontendError(f"taskloom backend: unknown option(s) {', '.join(map(repr, unknown))} "
+                                "(valid: 'target', 'tune', 'fallback')")
+        if mode is not None and mode.startswith("max-autotune") and "tune" not in given:
+            given["tune"] = 2
+        base = defaults or cls()
+        return cls(**{**{"target": base.target, "tune": base.tune, "fallback": base.fallback}, **given})
+
+
+def _is_runtime_input(node: torch.fx.Node, value: Any) -> bool:
+    """Whether a dynamo placeholder is a real input, not a parameter, buffer or number."""
+    if not isinstance(value, torch.Tensor) or isinstance(value, torch.nn.Parameter):
+        return False
+    source = getattr(node.meta.get("grapharg"), "source", None)
+    while source is not None:  # reached through a module: its state
+        kind = type(source).__name__
+        if "NNModule" in kind or "ParamBuffer" in kind:
+            return False
+        source = getattr(source, "base", None)
+    return True
+
+
+def _input_name(node: torch.fx.Node, position: int) -> str:
+    """A readable name for an input: dynamo's ``L_x_`` becomes ``x``."""
+    name = re.sub(r"^[Ll]_", "", str(node.target)).strip("_")
+    return name or f"input{position}"
+
+
+def _concrete(value: Any) -> Any:
+    """A symbolic size dynamo passes as an example (shapes marked dynamic) as its example value."""
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        hint = value.node.hint if value.node.has_hint() else None
+        if hint is None:
+            raise FrontendError(f"dynamo gave the symbolic size {value} without an example value")
+        return type(hint)(hint)
+    return value
+
+
+def _version(t: torch.Tensor) -> int:
+    try:
+        return t._version
+    except RuntimeError:  # inference tensors keep no version counter
+        return -1
+
+
+class _Program:
+    """One compiled specialization: the conversion, the native graph, and the state it froze."""
+
+    def __init__(self, conversion: Conversion, compiled: Any, state: tuple[tuple, tuple]):
+        self.conversion, self.compiled, self.state = conversion, compiled, state
+
+    def holds(self, state: tuple[tuple, tuple]) -> bool:
+        """Whether ``state`` (tensors, versions) is the one this program froze."""
+        (mine, my_versions), (theirs, versions) = self.state, state
+        return my_versions == versions and all(a is b for a, b in zip(mine, theirs))
+
+    def run(self, args: Sequence[Any]) -> Any:
+        conv = self.conversion
+        outs: Any = ()
+        if self.compiled is not None:
+            ins = []
+            for p in conv.input_positions:
+                t = args[p].detach()
+                ins.append(t if t.is_contiguous() else t.contiguous())
+            outs = self.compiled(*ins)
+            if not isinstance(outs, tuple):
+                outs = (outs,)
+        leaves = [outs[v] if kind == "graph" else v for kind, v in conv.leaves]
+        return tree_unflatten(leaves, conv.out_spec)
+
+
+class CompiledFunction:
+    """What the backend gives dynamo for one captured graph: called with the graph's
+    arguments, it runs the native code and returns torch's output structure.
+
+    ``compiled_graph`` is the :class:`~taskloom.runtime.compiled_graph.CompiledGraph` built
+    last (its ``meta['kernels']`` tells how the operators were fused), ``graph`` the taskloom
+    graph it was compiled from, and ``aten_graph`` the ATen graph that was converted.
+    """
+
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: Options):
+        self.gm, self.options = gm, options
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        if len(placeholders) != len(example_inputs):
+            raise FrontendError(f"dynamo gave {len(example_inputs)} example inputs for a graph with "
+                                f"{len(placeholders)} placeholders")
+        self._is_input = [_is_runtime_input(n, a) for n, a in zip(placeholders, example_inputs)]
+        self._names = [_input_name(n, k) for k, n in enumerate(placeholders)]
+        self._programs: dict[Any, _Program | Callable] = {}
+        self.compiled_graph: Any = None
+        self.graph: Any = None
+        self.aten_graph: torch.fx.GraphModule | None = None
+        # compile now, at compile time, not on the first call
+        self._specialize([_concrete(a) for a in example_inputs], allow_fallback=False)
+
+    def _key(self, args: Sequence[Any]) -> tuple:
+        key = []
+        for a, is_input in zip(args, self._is_input):
+            if is_input:
+                key.append((tuple(a.shape), a.dtype))
+            elif not isinstance(a, torch.Tensor):
+                key.append(a)
+        return tuple(key)
+
+    def _state(self, args: Sequence[Any]) -> tuple[tuple, tuple]:
+        """The parameters and buffers a program freezes as constants, and their versions (an
+        in-place change bumps a tensor's version)."""
+        tensors = tuple(a for a, is_input in zip(args, self._is_input)
+                        if not is_input and isinstance(a, torch.Tensor))
+        return tensors, tuple(_version(t) for t in tensors)
+
+    def _specialize(self, args: Sequence[Any], allow_fallback: bool = True) -> _Program | Callable:
+        key = self._key(args)
+        program = self._programs.get(key)
+        if isinstance(program, _Program) and program.holds(self._state(args)):
+            return program
+        if program is not None and not isinstance(program, _Program):
+            return program  # this shape falls back to eager
+        try:
+            program = self._build(args)
+        except Exception as e:
+            if not (allow_fallback and self.options.fallback):
+                raise
+            _warn_fallback(e)
+            program = self.gm.forward
+        self._programs[key] = program
+        return program
+
+    def _build(self, args: Sequence[Any]) -> _Program:
+        from taskloom import compile as compile_graph
+        aten_gm = lower_to_aten(self.gm, args)
+        conversion = convert(aten_gm, args, self._is_input, self._names)
+        compiled = None
+        if conversion.graph is not None:
+            kwargs: dict[str, Any] = {}
+            if "tune" in inspect.signature(compile_graph).parameters:
+                kwargs["tune"] = self.options.tune
+            elif self.options.tune:
+                warnings.warn(f"taskloom: tune={self.options.tune} has no effect yet: taskloom.compile "
+                              "takes no tuning level in this version", stacklevel=2)
+            compiled = compile_graph(conversion.graph, self.options.target, **kwargs)
+        self.aten_graph, self.graph, self.compiled_graph = aten_gm, conversion.graph, compiled
+        return _Program(conversion, compiled, self._state(args))
+
+    def __call__(self, *args: Any) -> Any:
+        program = self._specialize(args)
+        return program.run(args) if isinstance(program, _Program) else program(*args)
+
+
+def _warn_fallback(error: Exception) -> None:
+    missing = getattr(error, "unsupported", None)
+    why = (f"no converter for {', '.join(f'{name} ({n}x)' for name, n in sorted(missing.items()))}"
+           if missing else f"{type(error).__name__}: {error}")
+    warnings.warn(f"taskloom: this graph runs in eager PyTorch (fallback=True): {why}", FallbackWarning,
+                  stacklevel=3)
+
+
+class Backend:
+    """A dynamo backend with fixed :class:`Options`; ``torch.compile(model, backend=Backend(tune=1))``.
+    ``compiled`` lists the :class:`CompiledFunction` of every graph it compiled, in order."""
+
+    __name__ = "taskloom"  # how dynamo names the backend in its messages
+
+    def __init__(self, *, target: Any = None, tune: int = 0, fallback: bool = False):
+        self.options = Options(target, tune, fallback)
+        self.compiled: list[CompiledFunction] = []
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
+                 options: Mapping[str, Any] | None = None, mode: str | None = None) -> Callable:
+        opts = Options.parse(options, mode, defaults=self.options) if options or mode else self.options
+        try:
+            fn = CompiledFunction(gm, example_inputs, opts)
+        except Exception as e:
+            if not opts.fallback:
+                raise
+            _warn_fallback(e)
+            return gm.forward
+        self.compiled.append(fn)
+        return fn
+
+
+def taskloom_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
+                     options: Mapping[str, Any] | None = None, mode: str | None = None) -> Callable:
+    """The ``torch_dynamo_backends`` entry point named ``"taskloom"``: compiles one dynamo graph.
+    ``options`` (from ``torch.compile(..., options={...})``) may set ``target``, ``tune`` and
+    ``fallback`` (see :class:`Options`)."""
+    opts = Options.parse(options, mode)
+    return Backend(target=opts.target, tune=opts.tune, fallback=opts.fallback)(gm, example_inputs)
+
+
+def compile(model: Any, *, target: Any = None, tune: int = 0, fallback: bool = False,  # noqa: A001
+            dynamic: bool | None = False, fullgraph: bool = False) -> Any:
+    """``torch.compile(model, backend=<taskloom>, options={target, tune, fallback})``: the model
+    (or function) compiled by taskloom when first called. Shapes are static by default
+    (``dynamic=False``); each new input shape compiles again."""
+    Options(target, tune, fallback)  # check the options now, not at the first call
+    return torch.compile(model, backend=taskloom_backend, dynamic=dynamic, fullgraph=fullgraph,
+                         options={"target": target, "tune": tune, "fallback": fallback})

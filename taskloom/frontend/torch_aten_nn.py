@@ -1,0 +1,323 @@
+"""Converters of the ATen matrix products, convolution and pooling, the shape and copy
+operators, and the operators that make constants shaped like a tensor, to taskloom ops."""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from taskloom import ops
+from taskloom.errors import FrontendError
+from taskloom.frontend.torch_aten import Converter, aten, filled, register, torch_dtype, unavailable
+from taskloom.graph.tensor import Tensor, asarray
+from taskloom.ir import dtypes as T
+
+
+# ----------------------------------------------------------------------------- matrix products
+
+def _scaled(x: Any, factor: Any) -> Any:
+    return x if factor == 1 else ops.mul(x, factor)
+
+
+@register(aten.mm, aten.mv, aten.dot)
+def mm(a: Tensor, b: Tensor) -> Tensor:
+    return ops.matmul(a, b)
+
+
+@register(aten.bmm)
+def bmm(a: Tensor, b: Tensor) -> Tensor:
+    return ops.batch_matmul(a, b)
+
+
+@register(aten.addmm, aten.addmv)
+def addmm(bias: Any, a: Tensor, b: Tensor, beta: Any = 1, alpha: Any = 1) -> Tensor:
+    product = _scaled(ops.matmul(a, b), alpha)
+    return product if beta == 0 else ops.add(product, _scaled(bias, beta))
+
+
+@register(aten.baddbmm)
+def baddbmm(bias: Any, a: Tensor, b: Tensor, beta: Any = 1, alpha: Any = 1) -> Tensor:
+    product = _scaled(ops.batch_matmul(a, b), alpha)
+    return product if beta == 0 else ops.add(product, _scaled(bias, beta))
+
+
+@register(aten.convolution)
+def convolution(x: Tensor, weight: Tensor, bias: Any, stride: Sequence[int], padding: Sequence[int],
+                dilation: Sequence[int], transposed: bool, output_padding: Sequence[int], groups: int) -> Tensor:
+    if transposed:
+        raise FrontendError("transposed convolution (ConvTranspose) is not supported")
+    spatial = weight.ndim - 2
+    if spatial == 2:
+        return ops.conv2d(x, weight, bias, tuple(stride), tuple(padding), tuple(dilation), groups)
+    if spatial == 1:  # as a 2-d convolution over a height of 1
+        out = ops.conv2d(ops.unsqueeze(x, -2), ops.unsqueeze(weight, -2), bias, (1, stride[0]),
+                         (0, padding[0]), (1, dilation[0]), groups)
+        return ops.squeeze(out, -2)
+    raise FrontendError(f"{spatial}-d convolution is not supported (1-d and 2-d are)")
+
+
+# ----------------------------------------------------------------------------- pooling
+
+def _pair(v: Any) -> Any:
+    return None if v is None or (isinstance(v, (list, tuple)) and not v) else tuple(v) if isinstance(v, (list, tuple)) else v
+
+
+@register(aten.max_pool2d_with_indices)
+def max_pool2d_with_indices(x: Tensor, kernel_size: Any, stride: Any = (), padding: Any = 0, dilation: Any = 1,
+                            ceil_mode: bool = False) -> tuple:
+    out = ops.max_pool2d(x, _pair(kernel_size), _pair(stride), _pair(padding), _pair(dilation), ceil_mode)
+    return out, unavailable("the indices of max_pool2d_with_indices")
+
+
+@register(aten.max_pool2d)
+def max_pool2d(x: Tensor, kernel_size: Any, stride: Any = (), padding: Any = 0, dilation: Any = 1,
+               ceil_mode: bool = False) -> Tensor:
+    return ops.max_pool2d(x, _pair(kernel_size), _pair(stride), _pair(padding), _pair(dilation), ceil_mode)
+
+
+@register(aten.avg_pool2d)
+def avg_pool2d(x: Tensor, kernel_size: Any, stride: Any = (), padding: Any = 0, ceil_mode: bool = False,
+               count_include_pad: bool = True, divisor_override: Any = None) -> Tensor:
+    return ops.avg_pool2d(x, _pair(kernel_size), _pair(stride), _pair(padding), ceil_mode, count_include_pad,
+                          divisor_override)
+
+
+@register(aten._adaptive_avg_pool2d, aten.adaptive_avg_pool2d)
+def adaptive_avg_pool2d(x: Tensor, output_size: Any) -> Tensor:
+    size = tuple(output_size)
+    if size == (1, 1):
+        return ops.global_avg_pool2d(x) if x.ndim == 4 else ops.adaptive_avg_pool2d(x, 1)
+    return ops.adaptive_avg_pool2d(x, size)
+
+
+# ----------------------------------------------------------------------------- shapes and copies
+
+def _identity(x: Any, *_: Any, **__: Any) -> Any:
+    return x
+
+
+register(aten.clone, aten.alias, aten.alias_copy, aten.detach, aten.detach_copy, aten.lift_fresh_copy,
+         aten.contiguous)(_identity)
+
+
+@register(aten.view, aten._unsafe_view, aten.reshape, aten.view_copy)
+def view(x: Tensor, size: Sequence[int]) -> Tensor:
+    return x if tuple(size) == tuple(x.shape) else ops.reshape(x, tuple(size))
+
+
+@register(aten.permute, aten.permute_copy)
+def permute(x: Tensor, dims: Sequence[int]) -> Tensor:
+    order = tuple(d % max(x.ndim, 1) for d in dims)
+    return x if order == tuple(range(x.ndim)) else ops.permute(x, order)
+
+
+@register(aten.t, aten.t_copy)
+def t(x: Tensor) -> Tensor:
+    return x if x.ndim < 2 else ops.transpose(x, 0, 1)
+
+
+@register(aten.transpose.int, aten.transpose_copy.int)
+def transpose(x: Tensor, dim0: int, dim1: int) -> Tensor:
+    return ops.transpose(x, dim0, dim1)
+
+
+@register(aten.expand, aten.expand_copy)
+def expand(x: Tensor, size: Sequence[int], implicit: bool = False) -> Tensor:
+    same = len(size) == x.ndim and all(s in (-1, d) for s, d in zip(size, x.shape))
+    return x if same else ops.expand(x, tuple(size))
+
+
+@register(aten.unsqueeze, aten.unsqueeze_copy)
+def unsqueeze(x: Tensor, dim: int) -> Tensor:
+    return ops.unsqueeze(x, dim)
+
+
+@register(aten.squeeze, aten.squeeze_copy)
+def squeeze(x: Tensor, dim: Any = None) -> Tensor:
+    if x.ndim == 0:
+        return x
+    axes = [d % x.ndim for d in ([dim] if isinstance(dim, int) else list(dim or range(x.ndim)))]
+    keep = [a for a in axes if x.shape[a] == 1]  # torch ignores named dimensions that are not 1
+    return ops.squeeze(x, keep) if keep else x
+
+
+@register(aten.slice.Tensor, aten.slice_copy.Tensor)
+def slice_(x: Tensor, dim: int = 0, start: Any = None, end: Any = None, step: int = 1) -> Tensor:
+    whole = range(*slice(start, end, step).indices(int(x.shape[dim]))) == range(int(x.shape[dim]))
+    return x if whole else ops.slice(x, dim, start, end, step)
+
+
+@register(aten.select.int, aten.select_copy.int)
+def select(x: Tensor, dim: int, index: int) -> Tensor:
+    dim %= x.ndim
+    index = index % int(x.shape[dim])
+    return ops.squeeze(ops.slice(x, dim, index, index + 1), dim)
+
+
+@register(aten.cat)
+def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
+    live = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)]  # torch skips legacy empty 1-d
+    dt = live[0].dtype
+    for t in live[1:]:
+        dt = ops.result_type(dt, t.dtype)
+    live = [t if t.dtype == dt else ops.cast(t, dt) for t in live]
+    return live[0] if len(live) == 1 else ops.concat(live, dim)
+
+
+@register(aten.split_with_sizes, aten.split_with_sizes_copy, aten.split.sizes)
+def split_with_sizes(x: Tensor, split_sizes: Sequence[int], dim: int = 0) -> tuple:
+    return tuple(ops.split(x, list(split_sizes), dim))
+
+
+@register(aten.split.Tensor, aten.split_copy.Tensor)
+def split(x: Tensor, split_size: int, dim: int = 0) -> tuple:
+    return tuple(ops.split(x, int(split_size), dim))
+
+
+@register(aten.unbind.int, aten.unbind_copy.int)
+def unbind(x: Tensor, dim: int = 0) -> tuple:
+    return tuple(ops.squeeze(p, dim) for p in ops.split(x, 1, dim))
+
+
+@register(aten.index_select)
+def index_select(x: Tensor, dim: int, index: Tensor) -> Tensor:
+    return ops.index_select(x, dim, index)
+
+
+@register(aten.gather)
+def gather(x: Tensor, dim: int, index: Tensor, sparse_grad: bool = False) -> Tensor:
+    return ops.gather(x, dim, index)
+
+
+@register(aten.embedding)
+def embedding(weight: Tensor, indices: Tensor, padding_idx: int = -1, scale_grad_by_freq: bool = False,
+              sparse: bool = False) -> Tensor:
+    return ops.embedding(indices, weight)
+
+
+@register(aten.index.Tensor, aten._unsafe_index.Tensor)
+def index(x: Tensor, indices: Sequence[Any]) -> Tensor:
+    """Advanced indexing ``x[..., i, j, ...]`` with integer index tensors (broadcast together,
+    negative entries counting from the end), as one gather along the indexed dimensions
+    flattened into one. Boolean masks are refused: their result's shape depends on the data."""
+    given = [k for k, i in enumerate(indices) if i is not None]
+    if not given or any(indices[k].dtype.is_bool() for k in given):
+        raise FrontendError("index.Tensor: indexing with a boolean mask is not supported (the result's "
+                            "shape depends on the data); use torch.where instead")
+    if given != list(range(given[0], given[-1] + 1)):  # separated by ':' -> torch puts them first
+        rest = [d for d in range(x.ndim) if d not in given]
+        x = ops.permute(x, given + rest)
+        first = 0
+    else:
+        first = given[0]
+    n = len(given)
+    sizes = [int(x.shape[first + j]) for j in range(n)]
+    flat: Any = None
+    for j, k in enumerate(given):
+        idx = ops.cast(indices[k], T.int64)
+        idx = ops.where(ops.less(idx, 0), ops.add(idx, sizes[j]), idx)
+        flat = idx if flat is None else ops.add(ops.mul(flat, sizes[j]), idx)
+    lead, tail = tuple(x.shape[:first]), tuple(x.shape[first + n:])
+    merged = ops.reshape(x, lead + (math.prod(sizes),) + tail) if n > 1 else x
+    picked = ops.index_select(merged, first, ops.reshape(flat, (-1,)) if flat.ndim != 1 else flat)
+    shape = lead + tuple(flat.shape) + tail
+    return ops.reshape(picked, shape) if shape != tuple(picked.shape) else picked
+
+
+@register(aten.flip)
+def flip(x: Tensor, dims: Sequence[int]) -> Tensor:
+    for d in dims:
+        n = int(x.shape[d])
+        if n > 1:
+            x = ops.index_select(x, d, asarray(np.arange(n - 1, -1, -1, dtype=np.int64)))
+    return x
+
+
+@register(aten.constant_pad_nd)
+def constant_pad_nd(x: Tensor, pad: Sequence[int], value: Any = 0) -> Tensor:
+    return ops.pad(x, list(pad), value)
+
+
+@register(aten.repeat)
+def repeat(x: Tensor, repeats: Sequence[int]) -> Tensor:
+    return ops.repeat(x, tuple(repeats))
+
+
+def _triangle(x: Tensor, diagonal: int, upper: bool) -> Tensor:
+    rows, cols = int(x.shape[-2]), int(x.shape[-1])
+    offset = np.arange(cols)[None, :] - np.arange(rows)[:, None]
+    keep = offset >= diagonal if upper else offset <= diagonal
+    return ops.where(asarray(keep), x, 0)
+
+
+@register(aten.tril)
+def tril(x: Tensor, diagonal: int = 0) -> Tensor:
+    return _triangle(x, diagonal, upper=False)
+
+
+@register(aten.triu)
+def triu(x: Tensor, diagonal: int = 0) -> Tensor:
+    return _triangle(x, diagonal, upper=True)
+
+
+@register(aten.copy)
+def copy(dst: Tensor, src: Tensor, non_blocking: bool = False) -> Tensor:
+    """The functional form of ``dst.copy_(src)``: ``src`` in ``dst``'s shape and dtype."""
+    src = ops.cast(src, dst.dtype)
+    return src if tuple(src.shape) == tuple(dst.shape) else ops.expand(src, tuple(dst.shape))
+
+
+@register(aten.native_dropout)
+def native_dropout(x: Tensor, p: float, train: Any) -> tuple:
+    if train and p > 0:
+        raise FrontendError("dropout in training mode is not supported: call model.eval() before compiling")
+    return x, (lambda: asarray(np.ones(tuple(x.shape), np.bool_)))
+
+
+# ----------------------------------------------------------------------------- constants shaped like a tensor
+
+def _like(fill: Any) -> Converter:
+    def convert(x: Tensor, *args: Any, dtype: Any = None, **_: Any) -> Tensor:
+        value = args[0] if fill is None else fill
+        return filled(x.shape, value, dtype if dtype is not None else torch_dtype(x.dtype), "full_like")
+    return convert
+
+
+register(aten.full_like)(_like(None))
+register(aten.zeros_like, aten.empty_like)(_like(0))
+register(aten.ones_like)(_like(1))
+
+
+def _new(fill: Any) -> Converter:
+    def convert(x: Tensor, size: Sequence[int], *args: Any, dtype: Any = None, **_: Any) -> Tensor:
+        value = args[0] if fill is None else fill
+        return filled(size, value, dtype if dtype is not None else torch_dtype(x.dtype), "new_full")
+    return convert
+
+
+register(aten.new_full)(_new(None))
+register(aten.new_zeros, aten.new_empty, aten.new_empty_strided)(_new(0))
+register(aten.new_ones)(_new(1))
+
+
+@register(aten.fill.Scalar, aten.fill.Tensor)
+def fill(x: Tensor, value: Any) -> Tensor:
+    if isinstance(value, Tensor):
+        return ops.expand(ops.cast(value, x.dtype), tuple(x.shape))
+    return filled(x.shape, value, torch_dtype(x.dtype), "fill")
+
+
+@register(aten.sym_size.int)
+def sym_size(x: Tensor, dim: int) -> int:
+    return int(x.shape[dim])
+
+
+@register(aten.sym_numel)
+def sym_numel(x: Tensor) -> int:
+    return math.prod(int(d) for d in x.shape)
+
+
+@register(aten._assert_tensor_metadata, aten._assert_async, aten._assert_scalar)
+def assert_metadata(*_: Any, **__: Any) -> None:
+    return None

@@ -1,0 +1,238 @@
+"""An ATen graph becomes a taskloom :class:`~taskloom.graph.Graph`: the fx interpreter of the
+torch frontend.
+
+Nodes are visited in order. A node whose inputs are all constants (parameters, buffers,
+tensors made inside the model, sizes) is evaluated by torch itself, once, at compile time:
+its result is a constant of the graph. Every other node goes through its converter in
+:data:`~taskloom.frontend.torch_aten.REGISTRY`, applied to symbolic taskloom tensors, which
+records the graph. Each converted result is checked against the shape torch recorded for the
+node and cast to torch's dtype, so converters need not repeat torch's type promotion.
+
+Before anything is converted, every operator without a converter is collected, and all of
+them are reported in one :class:`~taskloom.errors.FrontendError`.
+"""
+from __future__ import annotations
+
+import operator
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+from torch.fx.node import Node, map_aggregate
+from torch.utils._pytree import TreeSpec, tree_flatten
+
+from taskloom import ops
+from taskloom.errors import FrontendError, TaskloomError
+from taskloom.frontend.torch_aten import dtype_of, functional_form, lookup, op_name
+from taskloom.graph import Graph, Tensor, from_torch
+from taskloom.graph import input as graph_input
+
+
+@dataclass
+class Conversion:
+    """A converted ATen graph: the taskloom graph (None when every output is a constant), the
+    placeholder position of each graph input, and how to rebuild torch's output structure:
+    each output leaf is ``("graph", k)`` (the graph's output ``k``) or ``("value", v)``."""
+
+    graph: Graph | None
+    input_positions: list[int]
+    out_spec: TreeSpec
+    leaves: list[tuple[str, Any]] = field(default_factory=list)
+
+
+def _foldable(node: Node) -> bool:
+    """Whether torch may evaluate ``node`` at compile time when its inputs are constants."""
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload):
+        return torch.Tag.nondeterministic_seeded not in target.tags
+    return True
+
+
+def constant_nodes(gm: torch.fx.GraphModule, is_input: Sequence[bool]) -> set[Node]:
+    """The nodes that depend on no graph input: torch evaluates them at compile time."""
+    const: set[Node] = set()
+    k = 0
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            if not is_input[k]:
+                const.add(node)
+            k += 1
+        elif node.op == "get_attr":
+            const.add(node)
+        elif node.op == "call_function" and _foldable(node) and all(a in const for a in node.all_input_nodes):
+            const.add(node)
+    return const
+
+
+def unsupported_ops(gm: torch.fx.GraphModule, const: set[Node]) -> Counter[str]:
+    """Every operator applied to graph inputs that has no converter, with its number of uses."""
+    missing: Counter[str] = Counter()
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node not in const and node.target is not operator.getitem \
+                and lookup(node.target) is None:
+            missing[op_name(node.target)] += 1
+        elif node.op in ("call_module", "call_method"):
+            missing[f"{node.op} {node.target}"] += 1
+    return missing
+
+
+def unsupported_message(missing: Counter[str]) -> str:
+    lines = [f"  {name} ({n} use{'s' if n > 1 else ''})" for name, n in sorted(missing.items())]
+    return (f"the torch frontend has no converter for {len(missing)} operator(s) of this graph:\n"
+            + "\n".join(lines)
+            + "\nadd converters with @taskloom.torch.register(...), or compile with "
+              "fallback=True (options={'fallback': True}) to run this graph in eager PyTorch")
+
+
+def _constant(value: Any, where: str) -> Any:
+    """A torch tensor as a concrete taskloom tensor sharing its memory; other values as they are."""
+    if not isinstance(value, torch.Tensor):
+        return value
+    t = value.detach()
+    if t.device.type != "cpu":
+        raise FrontendError(f"{where} is on {t.device}; the CPU backend takes CPU tensors (move the model with .cpu())")
+    if not t.is_contiguous():
+        t = t.contiguous()
+    dt = dtype_of(t.dtype)
+    if dt.numpy is None:
+        raise FrontendError(f"{where} is a {dt.name} constant, which taskloom cannot hold as data yet; "
+                            "use float32 or float16 weights")
+    return from_torch(t)
+
+
+def _check(node: Node, value: Any) -> Any:
+    """``value`` (a converter's result) against the shape and dtype torch recorded for ``node``."""
+    want = node.meta.get("val")
+    if isinstance(value, Tensor) and isinstance(want, torch.Tensor):
+        if tuple(int(d) for d in value.shape) != tuple(want.shape):
+            raise FrontendError(f"{op_name(node.target)} (node '{node.name}'): the converter gives shape "
+                                f"{tuple(value.shape)}, torch computes {tuple(want.shape)}")
+        dt = dtype_of(want.dtype)
+        if value.dtype != dt:
+            value = ops.cast(value, dt)
+    return value
+
+
+class _Interpreter:
+    def __init__(self, gm: torch.fx.GraphModule, args: Sequence[Any], is_input: Sequence[bool],
+                 names: Sequence[str]):
+        self.gm, self.args, self.is_input, self.names = gm, args, is_input, names
+        self.const = constant_nodes(gm, is_input)
+        self.env: dict[Node, Any] = {}            # node -> torch value (constants) or taskloom value
+        self.as_taskloom: dict[Node, Any] = {}    # constant node -> its taskloom form
+        self.inputs: list[Tensor] = []
+        self.input_positions: list[int] = []
+        self.input_names: dict[Node, str] = {}
+
+    def arg(self, a: Any) -> Any:
+        """A converter's argument: constants become concrete tensors, traced nodes their tensors."""
+        def one(x: Any) -> Any:
+            if not isinstance(x, Node):
+                return x
+            if x in self.const:
+                if x not in self.as_taskloom:
+                    self.as_taskloom[x] = _constant(self.env[x], f"constant '{x.name}'")
+                return self.as_taskloom[x]
+            return self.env[x]
+        return map_aggregate(a, one)
+
+    def torch_arg(self, a: Any) -> Any:
+        return map_aggregate(a, lambda x: self.env[x] if isinstance(x, Node) else x)
+
+    def run(self) -> Conversion:
+        missing = unsupported_ops(self.gm, self.const)
+        if missing:
+            error = FrontendError(unsupported_message(missing))
+            error.unsupported = dict(missing)  # type: ignore[attr-defined] - read by the fallback warning
+            raise error
+        position = 0
+        for node in self.gm.graph.nodes:
+            if node.op == "placeholder":
+                self.placeholder(node, position)
+                position += 1
+            elif node.op == "get_attr":
+                self.env[node] = getattr(self.gm, node.target)
+            elif node.op == "call_function" and (node.users or functional_form(node.target) is not None):
+                # (a result nobody reads is not computed, unless the operator writes its input)
+                self.env[node] = self.fold(node) if node in self.const else self.call(node)
+            elif node.op == "output":
+                return self.output(node)
+        raise FrontendError("the ATen graph has no output node")
+
+    def placeholder(self, node: Node, position: int) -> None:
+        value = self.args[position]
+        if not self.is_input[position]:
+            self.env[node] = value
+            return
+        name = self.input_names[node] = self.names[position]
+        if value.device.type != "cpu":
+            raise FrontendError(f"input '{name}' is on {value.device}; the CPU backend takes CPU tensors")
+        t = graph_input(tuple(value.shape), dtype_of(value.dtype), name=name)
+        self.inputs.append(t)
+        self.input_positions.append(position)
+        self.env[node] = t
+
+    def fold(self, node: Node) -> Any:
+        with torch.no_grad():
+            return node.target(*self.torch_arg(node.args), **self.torch_arg(node.kwargs))
+
+    def call(self, node: Node) -> Any:
+        if node.target is operator.getitem:
+            source, index = node.args
+            value = self.env[source][index]
+            if callable(value):
+                value = value()  # a result computed only when the graph reads it
+            return _check(node, value)
+        convert = lookup(node.target)
+        try:
+            value = convert(*self.arg(node.args), **self.arg(node.kwargs))
+        except TaskloomError as e:
+            raise FrontendError(f"{op_name(node.target)} (node '{node.name}'): {e}") from e
+        except (TypeError, ValueError, IndexError) as e:
+            raise FrontendError(f"{op_name(node.target)} (node '{node.name}'): the converter does not accept "
+                                f"these arguments ({type(e).__name__}: {e})") from e
+        if isinstance(value, (tuple, list)):
+            want = node.meta.get("val")
+            if isinstance(want, (tuple, list)) and len(want) == len(value):
+                return tuple(v if callable(v) else _check(_Sub(node, w), v) for v, w in zip(value, want))
+            return tuple(value)
+        value = _check(node, value)
+        if functional_form(node.target) is not None:  # in place: later readers of the input see the result
+            target = node.args[0]
+            if target in self.const or target.op == "placeholder":
+                what = "a constant" if target in self.const else "the graph input"
+                raise FrontendError(f"{op_name(node.target)} (node '{node.name}') updates {what} "
+                                    f"'{self.input_names.get(target, target.name)}' in place, which a "
+                                    "compiled graph cannot do; "
+                                    "update a copy instead")
+            self.env[target] = value
+        return value
+
+    def output(self, node: Node) -> Conversion:
+        leaves, spec = tree_flatten(node.args[0])
+        outputs: list[Tensor] = []
+        kinds: list[tuple[str, Any]] = []
+        for leaf in leaves:
+            value = self.env[leaf] if isinstance(leaf, Node) else leaf
+            if isinstance(leaf, Node) and leaf not in self.const and isinstance(value, Tensor):
+                kinds.append(("graph", len(outputs)))
+                outputs.append(value)
+            else:
+                kinds.append(("value", value))
+        graph = Graph(self.inputs, outputs) if outputs else None
+        return Conversion(graph, self.input_positions, spec, kinds)
+
+
+class _Sub:
+    """One result of a multi-result node, for checking it against torch's record."""
+
+    def __init__(self, node: Node, val: Any):
+        self.name, self.target, self.meta = node.name, node.target, {"val": val}
+
+
+def convert(gm: torch.fx.GraphModule, args: Sequence[Any], is_input: Sequence[bool],
+            names: Sequence[str]) -> Conversion:
+    """Converts the ATen graph ``gm`` traced on ``args``: placeholders where ``is_input`` holds
+    become graph inputs named ``names``; the others (parameters, buffers, sizes) constants."""
+    return _Interpreter(gm, args, is_input, names).run()

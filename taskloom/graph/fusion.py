@@ -99,20 +99,22 @@ def fuse_graph(graph: Graph) -> list[FusedGroup]:
             merge(group_of[id(n)], group_of[id(t.producer[0])])
             break
 
-    # prologues: an injective node read only by one other group joins it (last first, so
-    # chains of injective nodes fold into their reader one by one). Only cheap ones: an
-    # anchor may read an element of a prologue many times (a matmul reads A once per column
-    # block), so a prologue with a call (exp, erf...) would be recomputed each time.
+    # prologues: a group without an anchor (injective nodes, e.g. a permute and a reshape)
+    # whose results only one other group reads joins that group; last first, so chains fold
+    # into their reader one by one. Only cheap ones: an anchor may read an element of a
+    # prologue many times (a matmul reads A once per column block), so a prologue with a
+    # call (exp, erf...) would be recomputed each time.
+    visited: set[int] = set()
     for n in reversed(graph.nodes):
         g = group_of[id(n)]
-        if has_reduction(n.task) or len(members[g]) > 1 or _costly(n):
+        if g in visited or any(has_reduction(m.task) or _costly(m) for m in members[g]):
             continue
-        readers = {group_of[id(c)] for o in n.outputs for c in consumers.get(id(o), [])}
-        if len(readers) != 1 or any(id(o) in outputs for o in n.outputs):
+        visited.add(g)
+        results = [o for m in members[g] for o in m.outputs]
+        readers = {group_of[id(c)] for o in results for c in consumers.get(id(o), [])} - {g}
+        if len(readers) != 1 or any(id(o) in outputs for o in results):
             continue
-        (dst,) = readers
-        if dst != g:
-            merge(g, dst)
+        merge(g, readers.pop())
 
     order = {id(n): k for k, n in enumerate(graph.nodes)}
     groups = []

@@ -157,6 +157,11 @@ def test_transformer_encoder_block_matches_and_fuses_bias_adds():
     # four linear layers: each bias add runs in its matmul's kernel; no kernel is a lone add of a bias
     assert sum("matmul" in k and "add" in k for k in ks) == 4, ks
     assert len(ks) < len(backend.compiled[0].graph.nodes), ks
+    # the elementwise ops disappear into the matmuls: GELU and both residual adds run in them
+    elementwise = {"gelu", "add", "mul"}
+    assert all("matmul" in k or "batch_matmul" in k for k in ks if elementwise & set(k)), ks
+    assert any("gelu" in k and "matmul" in k for k in ks), ks
+    assert sum(k.count("add") == 2 and "matmul" in k for k in ks) == 2, ks  # bias + residual
 
 
 @pytest.mark.parametrize("no_grad", [False, True], ids=["autograd-path", "fast-path"])

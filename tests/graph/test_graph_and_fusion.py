@@ -91,3 +91,10 @@ def test_reshapes_are_epilogues_and_transposes_are_not():
     z = ops.relu(ops.transpose(ops.linear(x, const(12, 8)), 0, 1))     # transpose does not
     grouped = groups_of([z], [x])
     assert ["linear"] in grouped and len(grouped) == 2
+
+
+def test_a_chain_of_layout_ops_is_one_prologue():
+    x = input((2, 4, 6), name="x")
+    h = ops.reshape(ops.permute(x, (0, 2, 1)), (2, 6, 4))   # permute then reshape: both injective
+    y = ops.batch_matmul(h, const(2, 4, 5))
+    assert groups_of([y], [x]) == [["permute", "reshape", "batch_matmul"]]

@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv demo test clean
+.PHONY: venv demo test test-slow clean
 
 venv: $(STAMP)
 
@@ -18,8 +18,12 @@ demo: venv
 	$(PY) examples/matmul_tiled.py
 
 # pytest exits 5 when it collects no test; that is not a failure of the suite.
+# Tests marked slow (the full ONNX conformance run, whole models) run with `make test-slow`.
 test: venv
-	$(PY) -m pytest -q -n auto tests || [ $$? -eq 5 ]
+	$(PY) -m pytest -q -n auto -m "not slow" tests || [ $$? -eq 5 ]
+
+test-slow: venv
+	$(PY) -m pytest -q -n auto -m slow tests || [ $$? -eq 5 ]
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -58,7 +58,7 @@ __all__ = ["build", "compile", "load", "ops", "Tensor", "asarray", "from_torch",
 
 #: Submodules imported on first use: ``taskloom.torch`` is the PyTorch frontend, so that
 #: ``import taskloom`` never imports torch.
-_LAZY_MODULES = {"torch": "taskloom.frontend.torch"}
+_LAZY_MODULES = {"torch": "taskloom.frontend.torch", "onnx": "taskloom.onnx"}
 
 
 def __getattr__(name: str) -> object:

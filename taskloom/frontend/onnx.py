@@ -30,7 +30,7 @@ import numpy as np
 from taskloom.frontend import onnx_elementwise, onnx_nn, onnx_shape  # noqa: F401
 from taskloom.frontend.onnx_registry import (ONNX_DTYPES, REGISTRY, ConstantPool, Converter, OnnxNode, Value,
                                              as_numpy, converter, is_const, taskloom_dtype)
-from taskloom.errors import FrontendError, OpError
+from taskloom.errors import FrontendError, TaskloomError
 from taskloom.graph.graph import Graph
 from taskloom.graph.tensor import Tensor, input as graph_input
 from taskloom.ir import dtypes as T
@@ -156,6 +156,7 @@ class _Converter:
 
     # ------------------------------------------------------------------ entry
     def run(self, input_shapes: InputShapes, constants: dict[str, Any]) -> Graph:
+        """Converts every node; raises one FrontendError for all that cannot be."""
         from onnx import numpy_helper
         g = self.graph
         if len(g.sparse_initializer):
@@ -195,7 +196,7 @@ class _Converter:
                     outs = self._convert(node, label, ins)
                 except _Unsupported as e:
                     unsupported[str(e)] += 1
-                except (FrontendError, OpError) as e:
+                except TaskloomError as e:  # a converter's or an operator's objection
                     if isinstance(getattr(e, "needs_constant", None), Tensor):
                         demanded.update(_inputs_behind(e.needs_constant))  # type: ignore[attr-defined]
                     msg = str(e)
@@ -356,7 +357,8 @@ class _Converter:
         feeds = {name: as_numpy(v) for name, v in zip(node.input, ins) if name}
         try:
             evaluator = ReferenceEvaluator(node, opsets={domain: self.opsets[domain]})
-            outs = evaluator.run(None, feeds)
+            with np.errstate(all="ignore"):  # log(0) = -inf and the like are results, not faults
+                outs = evaluator.run(None, feeds)
         except Exception:
             return None
         result: list[Value] = []

@@ -17,6 +17,7 @@ from taskloom.frontend.onnx_registry import (OnnxNode, Value, as_numpy, converte
                                              normalize_axes, normalize_axis, shape_of, taskloom_dtype)
 from taskloom.graph.tensor import Tensor
 from taskloom.ir import dtypes as T
+from taskloom.ir import expr as E
 
 F64 = T.float64
 
@@ -46,6 +47,7 @@ def operand(node: OnnxNode, v: Value, other: Value | None) -> Tensor | bool | in
 
 
 def operands(node: OnnxNode, i: int = 0, j: int = 1) -> tuple[Any, Any]:
+    """Inputs ``i`` and ``j`` as the operands of a binary operator (see :func:`operand`)."""
     a, b = node.input(i), node.input(j)
     if a is None or b is None:
         raise node.error(f"inputs {i} and {j} are required")
@@ -61,6 +63,7 @@ def cast(node: OnnxNode, v: Value, dt: T.DataType) -> Tensor | np.ndarray:
 
 
 def zero_of(dt: T.DataType) -> bool | int | float:
+    """Zero as a Python scalar of ``dt``'s kind (so that ``where(mask, x, 0)`` keeps x's type)."""
     return False if dt.is_bool() else 0.0 if dt.is_float() else 0
 
 
@@ -96,6 +99,7 @@ _register_all({
 
 @converter("Gelu", versions=(20, 20))
 def gelu(n: OnnxNode) -> Tensor:
+    """Gelu (opset 20): exact (erf) or tanh-approximated."""
     approximate = n.attr("approximate", "none")
     if approximate not in ("none", "tanh"):
         raise n.error(f"'approximate'={approximate!r} is not valid (valid: 'none', 'tanh')")
@@ -104,11 +108,13 @@ def gelu(n: OnnxNode) -> Tensor:
 
 @converter("LeakyRelu", versions=(6, 16))
 def leaky_relu(n: OnnxNode) -> Tensor:
+    """LeakyRelu: ``x`` where positive, else ``alpha * x``."""
     return ops.leaky_relu(n.tensor(0), float(n.attr("alpha", 0.01)))
 
 
 @converter("PRelu", versions=(9, 16))
 def prelu(n: OnnxNode) -> Tensor:
+    """PRelu: ``x`` where non-negative, else ``slope * x`` with a broadcast slope tensor."""
     x = n.tensor(0)
     slope = operand(n, n.input(1), x)
     return ops.where(ops.less(x, zero_of(x.dtype)), ops.mul(x, slope), x)
@@ -116,12 +122,14 @@ def prelu(n: OnnxNode) -> Tensor:
 
 @converter("Elu", versions=(6, 22))
 def elu(n: OnnxNode) -> Tensor:
+    """Elu: ``x`` where positive, else ``alpha * (exp(x) - 1)``."""
     x, alpha = n.tensor(0), float(n.attr("alpha", 1.0))
     return ops.where(ops.greater(x, 0.0), x, ops.mul(ops.sub(ops.exp(x), 1.0), alpha))
 
 
 @converter("Selu", versions=(6, 22))
 def selu(n: OnnxNode) -> Tensor:
+    """Selu: ``gamma * elu(x, alpha)``."""
     x = n.tensor(0)
     alpha, gamma = float(n.attr("alpha", 1.67326319217681884765625)), float(n.attr("gamma", 1.05070102214813232421875))
     neg = ops.mul(ops.sub(ops.exp(x), 1.0), alpha)
@@ -130,6 +138,7 @@ def selu(n: OnnxNode) -> Tensor:
 
 @converter("Celu", versions=(12, 28))
 def celu(n: OnnxNode) -> Tensor:
+    """Celu: ``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))``."""
     x, alpha = n.tensor(0), float(n.attr("alpha", 1.0))
     neg = ops.mul(ops.sub(ops.exp(ops.div(x, alpha)), 1.0), alpha)
     return ops.add(ops.relu(x), ops.minimum(neg, 0.0))
@@ -137,12 +146,14 @@ def celu(n: OnnxNode) -> Tensor:
 
 @converter("ThresholdedRelu", versions=(10, 22))
 def thresholded_relu(n: OnnxNode) -> Tensor:
+    """ThresholdedRelu: ``x`` where above ``alpha``, else 0."""
     x = n.tensor(0)
     return ops.where(ops.greater(x, float(n.attr("alpha", 1.0))), x, 0.0)
 
 
 @converter("HardSigmoid", versions=(6, 22))
 def hard_sigmoid(n: OnnxNode) -> Tensor:
+    """HardSigmoid: ``clip(alpha * x + beta, 0, 1)``."""
     x = n.tensor(0)
     alpha, beta = float(n.attr("alpha", 0.2)), float(n.attr("beta", 0.5))
     return ops.clip(ops.add(ops.mul(x, alpha), beta), 0.0, 1.0)
@@ -150,23 +161,27 @@ def hard_sigmoid(n: OnnxNode) -> Tensor:
 
 @converter("Softplus", versions=(1, 22))
 def softplus(n: OnnxNode) -> Tensor:
+    """Softplus: ``log(exp(x) + 1)``."""
     return ops.log(ops.add(ops.exp(n.tensor(0)), 1.0))
 
 
 @converter("Softsign", versions=(1, 22))
 def softsign(n: OnnxNode) -> Tensor:
+    """Softsign: ``x / (1 + |x|)``."""
     x = n.tensor(0)
     return ops.div(x, ops.add(ops.abs(x), 1.0))
 
 
 @converter("Mish", versions=(18, 22))
 def mish(n: OnnxNode) -> Tensor:
+    """Mish: ``x * tanh(softplus(x))``."""
     x = n.tensor(0)
     return ops.mul(x, ops.tanh(ops.log(ops.add(ops.exp(x), 1.0))))
 
 
 @converter("Sign", versions=(9, 13))
 def sign(n: OnnxNode) -> Tensor:
+    """Sign: -1, 0 or 1 in the input's type."""
     x = n.tensor(0)
     z = zero_of(x.dtype)
     return ops.sub(ops.cast(ops.greater(x, z), x.dtype), ops.cast(ops.less(x, z), x.dtype))
@@ -174,6 +189,7 @@ def sign(n: OnnxNode) -> Tensor:
 
 @converter("Clip", versions=(6, 13))
 def clip(n: OnnxNode) -> Tensor:
+    """Clip: bounds as attributes before version 11, as optional inputs from it on."""
     x = n.tensor(0)
     if n.version < 11:
         lo, hi = n.attr("min"), n.attr("max")
@@ -208,6 +224,7 @@ _register_all({
 
 @converter("Div", versions=(7, 14))
 def div(n: OnnxNode) -> Tensor:
+    """Div: true division for floats; integers truncate toward zero, as ONNX's integer Div."""
     dt = dtype_of(n.input(0))
     if dt.is_float():
         return ops.div(*operands(n))
@@ -218,6 +235,8 @@ def div(n: OnnxNode) -> Tensor:
 
 @converter("Pow", versions=(7, 15))
 def pow_(n: OnnxNode) -> Tensor:
+    """Pow: the result has the base's type; a constant scalar exponent becomes a Python number
+    (so 2, 3, 0.5 become multiplications and square roots)."""
     base, exponent = n.input(0), n.input(1)
     bt = dtype_of(base)
     x = n.as_tensor(base)
@@ -239,6 +258,7 @@ def _trunc(q: Tensor) -> Tensor:
 
 @converter("Mod", versions=(10, 28))
 def mod(n: OnnxNode) -> Tensor:
+    """Mod: ``fmod=1`` takes the dividend's sign (C fmod), ``fmod=0`` the divisor's (Python %)."""
     dt = dtype_of(n.input(0))
     fmod = int(n.attr("fmod", 0))  # 1: the sign of the dividend (C's fmod); 0: of the divisor (Python's %)
     a = n.as_tensor(cast(n, n.input(0), F64))
@@ -250,6 +270,7 @@ def mod(n: OnnxNode) -> Tensor:
 
 @converter("Where", versions=(9, 16))
 def where(n: OnnxNode) -> Tensor:
+    """Where: ``a`` where ``cond`` holds, else ``b``, all three broadcast."""
     cond = n.input(0)
     a, b = operands(n, 1, 2)
     c = cond if not is_const(cond) else n.pool.tensor(as_numpy(cond), n.label)
@@ -284,12 +305,14 @@ _register_all({
 
 @converter("Cast", versions=(6, 28))
 def cast_(n: OnnxNode) -> Value:
+    """Cast to the element type of the ``to`` attribute (constants are cast in numpy)."""
     dt = taskloom_dtype(n.attr("to"), f"{n.label}: 'to'")
     return cast(n, n.input(0), dt)
 
 
 @converter("CastLike", versions=(15, 25))
 def cast_like(n: OnnxNode) -> Value:
+    """CastLike: cast to the element type of input 1."""
     return cast(n, n.input(0), dtype_of(n.input(1)))
 
 
@@ -408,5 +431,27 @@ _register_all({
 
 @converter("Swish", versions=(24, 24))
 def swish(n: OnnxNode) -> Tensor:
+    """Swish (opset 24): ``x * sigmoid(alpha * x)``."""
     x, alpha = n.tensor(0), float(n.attr("alpha", 1.0))
     return ops.silu(x) if alpha == 1.0 else ops.mul(x, ops.sigmoid(ops.mul(x, alpha)))
+
+
+@converter("IsNaN", versions=(9, 20))
+def isnan(n: OnnxNode) -> Tensor:
+    """IsNaN: whether each element is NaN."""
+    return ops.unary("isnan", n.tensor(0), lambda v: E.ne(v, v))  # NaN is the one value unequal to itself
+
+
+@converter("IsInf", versions=(10, 20))
+def isinf(n: OnnxNode) -> Tensor:
+    """IsInf: whether each element is +inf (``detect_positive``) or -inf (``detect_negative``)."""
+    pos, neg = int(n.attr("detect_positive", 1)), int(n.attr("detect_negative", 1))
+    x = n.tensor(0)
+
+    def test(v: E.Expr) -> E.Expr:
+        checks = ([E.eq(v, E.const(math.inf, v.type))] if pos else []) + \
+                 ([E.eq(v, E.const(-math.inf, v.type))] if neg else [])
+        return E.logical_or(*checks) if len(checks) > 1 else checks[0]
+    if not pos and not neg:
+        return ops.unary("isinf", x, lambda v: E.const(False, T.boolean))
+    return ops.unary("isinf", x, test, {"detect_positive": pos, "detect_negative": neg})

@@ -25,6 +25,7 @@ from taskloom.ir import dtypes as T
 
 @converter("MatMul", versions=(9, 13))
 def matmul(n: OnnxNode) -> Tensor:
+    """MatMul: numpy matmul semantics, batch axes broadcast."""
     return ops.matmul(n.tensor(0), n.tensor(1))
 
 
@@ -34,6 +35,8 @@ def _transpose2(n: OnnxNode, v: Value) -> Value:
 
 @converter("Gemm", versions=(7, 13))
 def gemm(n: OnnxNode) -> Tensor:
+    """Gemm: ``alpha * op(A) @ op(B) + beta * C`` as ``linear``, with alpha folded into a
+    constant B and a per-column C as the bias."""
     a, b, c = n.input(0), n.input(1), n.input(2)
     alpha, beta = float(n.attr("alpha", 1.0)), float(n.attr("beta", 1.0))
     if int(n.attr("transA", 0)):
@@ -114,6 +117,7 @@ def _lift(x: Value, nd: int) -> Value:
 
 @converter("Conv", versions=(1, 22))
 def conv(n: OnnxNode) -> Tensor:
+    """Conv: 1-d and 2-d, explicit or automatic (SAME_UPPER/SAME_LOWER/VALID) padding."""
     x = n.tensor(0)
     w = n.input(1)
     nd = _spatial(n, x, "Conv")
@@ -193,11 +197,13 @@ def _pool(n: OnnxNode, kind: str) -> Tensor:
 
 @converter("MaxPool", versions=(8, 22))
 def max_pool(n: OnnxNode) -> Tensor:
+    """MaxPool: 1-d and 2-d, any padding and ceil_mode (no Indices output)."""
     return _pool(n, "max")
 
 
 @converter("AveragePool", versions=(7, 22))
 def average_pool(n: OnnxNode) -> Tensor:
+    """AveragePool: 1-d and 2-d, any padding, ceil_mode and count_include_pad."""
     return _pool(n, "avg")
 
 
@@ -211,11 +217,13 @@ def _global_pool(n: OnnxNode, kind: str) -> Tensor:
 
 @converter("GlobalAveragePool", versions=(1, 22))
 def global_average_pool(n: OnnxNode) -> Tensor:
+    """GlobalAveragePool: the mean over the spatial axes, kept as size 1."""
     return _global_pool(n, "mean")
 
 
 @converter("GlobalMaxPool", versions=(1, 22))
 def global_max_pool(n: OnnxNode) -> Tensor:
+    """GlobalMaxPool: the maximum over the spatial axes, kept as size 1."""
     return _global_pool(n, "max")
 
 
@@ -250,6 +258,7 @@ def _per_channel(n: OnnxNode, t: Tensor, shape: tuple[int, ...]) -> Tensor:
 
 @converter("BatchNormalization", versions=(9, 15))
 def batch_norm(n: OnnxNode) -> Tensor:
+    """BatchNormalization in inference mode (the running statistics)."""
     x = n.tensor(0)
     if int(n.attr("training_mode", 0)) or any(n.wants_output(k) for k in range(1, 5)):
         raise n.error("training mode (batch statistics, running-stat outputs) is not supported; "
@@ -261,6 +270,8 @@ def batch_norm(n: OnnxNode) -> Tensor:
 
 @converter("LayerNormalization", versions=(17, 17))
 def layer_norm(n: OnnxNode) -> list[Tensor]:
+    """LayerNormalization over the axes from ``axis`` on; the Mean and InvStdDev outputs
+    where the model reads them."""
     x = n.tensor(0)
     axis = normalize_axis(n, int(n.attr("axis", -1)), x.ndim)
     eps = float(n.attr("epsilon", 1e-5))
@@ -280,6 +291,7 @@ def layer_norm(n: OnnxNode) -> list[Tensor]:
 
 @converter("InstanceNormalization", versions=(6, 22))
 def instance_norm(n: OnnxNode) -> Tensor:
+    """InstanceNormalization: each (sample, channel) normalized over its spatial axes."""
     x = n.tensor(0)
     if x.ndim < 3:
         raise n.error(f"the input must be (N, C, spatial...), got shape {shape_of(x)}")
@@ -296,6 +308,7 @@ def instance_norm(n: OnnxNode) -> Tensor:
 
 @converter("RMSNormalization", versions=(23, 23))
 def rms_norm(n: OnnxNode) -> Tensor:
+    """RMSNormalization (opset 23): ``x / sqrt(mean(x**2) + epsilon) * scale``."""
     x = n.tensor(0)
     axis = normalize_axis(n, int(n.attr("axis", -1)), x.ndim)
     st = taskloom_dtype(int(n.attr("stash_type", 1)), f"{n.label}: 'stash_type'")

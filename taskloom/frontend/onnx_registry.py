@@ -59,6 +59,7 @@ class Converter:
     fn: Callable[["OnnxNode"], Any]
 
     def supports(self, version: int) -> bool:
+        """Whether operator version ``version`` is one this converter implements."""
         return self.versions[0] <= version <= self.versions[1]
 
 
@@ -87,6 +88,7 @@ class ConstantPool:
         self._tensors: dict[int, tuple[np.ndarray, Tensor]] = {}
 
     def tensor(self, arr: np.ndarray, where: str) -> Tensor:
+        """The graph constant holding ``arr`` (one per array); ``where`` names the node for errors."""
         hit = self._tensors.get(id(arr))
         if hit is not None:
             return hit[1]
@@ -106,14 +108,17 @@ def is_const(v: Any) -> bool:
 
 
 def as_numpy(v: Any) -> np.ndarray:
+    """A constant value as a numpy array."""
     return v if isinstance(v, np.ndarray) else np.asarray(v.numpy())
 
 
 def dtype_of(v: Value) -> T.DataType:
+    """The taskloom dtype of a value."""
     return v.dtype if isinstance(v, Tensor) else T.dtype(v.dtype)
 
 
 def shape_of(v: Value) -> tuple[int, ...]:
+    """The static shape of a value as ints."""
     return tuple(int(d) for d in v.shape)
 
 
@@ -138,6 +143,7 @@ class OnnxNode:
 
     # ------------------------------------------------------------------ attributes
     def attr(self, name: str, default: Any = None) -> Any:
+        """Attribute ``name``, or ``default`` where the node does not set it."""
         return self.attrs.get(name, default)
 
     def wants_output(self, k: int) -> bool:
@@ -150,6 +156,7 @@ class OnnxNode:
         return self.inputs[k] if k < len(self.inputs) else None
 
     def has(self, k: int) -> bool:
+        """Whether optional input ``k`` is given."""
         return self.input(k) is not None
 
     def tensor(self, k: int) -> Tensor:
@@ -160,6 +167,7 @@ class OnnxNode:
         return self.as_tensor(v)
 
     def as_tensor(self, v: Value) -> Tensor:
+        """A value as a taskloom tensor (a numpy constant becomes a graph constant)."""
         return v if isinstance(v, Tensor) else self.pool.tensor(v, self.label)
 
     def const(self, k: int, what: str) -> np.ndarray | None:
@@ -198,4 +206,5 @@ def normalize_axis(node: OnnxNode, axis: int, ndim: int, arg: str = "axis") -> i
 
 
 def normalize_axes(node: OnnxNode, axes: Sequence[int], ndim: int, arg: str = "axes") -> list[int]:
+    """Each of ``axes`` in ``[0, ndim)``."""
     return [normalize_axis(node, int(a), ndim, arg) for a in axes]

@@ -21,6 +21,7 @@ from taskloom.graph.tensor import Tensor
 
 @converter("Reshape", versions=(5, 25))
 def reshape(n: OnnxNode) -> Tensor:
+    """Reshape: 0 copies the input's size there (unless ``allowzero``), -1 is inferred."""
     x = n.tensor(0)
     shape = n.ints(1, "shape")
     if shape is None:
@@ -34,6 +35,7 @@ def reshape(n: OnnxNode) -> Tensor:
 
 @converter("Flatten", versions=(1, 25))
 def flatten(n: OnnxNode) -> Tensor:
+    """Flatten: a 2-d result, the dimensions before ``axis`` by those from it on."""
     x = n.tensor(0)
     shape = shape_of(x)
     axis = int(n.attr("axis", 1))
@@ -47,6 +49,7 @@ def flatten(n: OnnxNode) -> Tensor:
 
 @converter("Squeeze", versions=(1, 25))
 def squeeze(n: OnnxNode) -> Tensor:
+    """Squeeze: axes as an attribute before version 13, an optional input from it on."""
     x = n.tensor(0)
     axes = n.attr("axes") if n.version < 13 else n.ints(1, "axes")
     return ops.squeeze(x, None if axes is None else list(axes))
@@ -54,6 +57,7 @@ def squeeze(n: OnnxNode) -> Tensor:
 
 @converter("Unsqueeze", versions=(1, 25))
 def unsqueeze(n: OnnxNode) -> Tensor:
+    """Unsqueeze: axes as an attribute before version 13, an input from it on."""
     x = n.tensor(0)
     axes = n.attr("axes") if n.version < 13 else n.ints(1, "axes")
     if not axes:
@@ -63,6 +67,7 @@ def unsqueeze(n: OnnxNode) -> Tensor:
 
 @converter("Transpose", versions=(1, 25))
 def transpose(n: OnnxNode) -> Tensor:
+    """Transpose: ``perm`` (default: the dimensions reversed)."""
     x = n.tensor(0)
     perm = n.attr("perm") or list(reversed(range(x.ndim)))
     if list(perm) == list(range(x.ndim)):
@@ -72,6 +77,7 @@ def transpose(n: OnnxNode) -> Tensor:
 
 @converter("Expand", versions=(8, 13))
 def expand(n: OnnxNode) -> Tensor:
+    """Expand: numpy broadcasting of the input and ``shape`` (either may hold the 1s)."""
     x = n.tensor(0)
     shape = n.ints(1, "shape")
     try:
@@ -83,6 +89,7 @@ def expand(n: OnnxNode) -> Tensor:
 
 @converter("Tile", versions=(6, 13))
 def tile(n: OnnxNode) -> Tensor:
+    """Tile: the input repeated ``repeats[k]`` times along each dimension."""
     x = n.tensor(0)
     reps = n.ints(1, "repeats")
     if reps is None or len(reps) != x.ndim:
@@ -94,6 +101,7 @@ def tile(n: OnnxNode) -> Tensor:
 
 @converter("Concat", versions=(4, 13))
 def concat(n: OnnxNode) -> Tensor:
+    """Concat along ``axis``."""
     values = [v for v in n.inputs if v is not None]
     if not values:
         raise n.error("needs at least one input")
@@ -105,6 +113,8 @@ def concat(n: OnnxNode) -> Tensor:
 
 @converter("Split", versions=(2, 18))
 def split(n: OnnxNode) -> list[Tensor]:
+    """Split: sizes from the ``split`` attribute (before 13) or input (from 13), else equal
+    parts, or ``num_outputs`` parts of ceil(size / count) (version 18)."""
     x = n.tensor(0)
     axis = normalize_axis(n, int(n.attr("axis", 0)), x.ndim)
     size = x.shape[axis]
@@ -146,6 +156,7 @@ def gather_block(n: OnnxNode, x: Tensor, picks: dict[int, np.ndarray]) -> Tensor
 
 @converter("Slice", versions=(10, 13))
 def slice_(n: OnnxNode) -> Tensor:
+    """Slice: forward steps become slices; any backward step gathers the positions instead."""
     x = n.tensor(0)
     starts, ends = n.ints(1, "starts"), n.ints(2, "ends")
     if starts is None or ends is None or len(starts) != len(ends):
@@ -177,12 +188,13 @@ def _indices(n: OnnxNode, k: int, extent: int) -> Tensor | np.ndarray:
     if is_const(idx):
         arr = as_numpy(idx)
         return np.where(arr < 0, arr + extent, arr).astype(arr.dtype)
-    idx = ops.where(ops.less(idx, 0), ops.add(idx, extent), idx)
-    return ops.cast(idx, "int32") if extent < 2**31 else idx  # the kernels' index type
+    return ops.where(ops.less(idx, 0), ops.add(idx, extent), idx)
 
 
 @converter("Gather", versions=(1, 13))
 def gather(n: OnnxNode) -> Tensor:
+    """Gather (numpy.take): constant indices become a slice or an index_select, indices from
+    the model an embedding lookup (2-d data, axis 0) or an index_select."""
     x = n.tensor(0)
     axis = normalize_axis(n, int(n.attr("axis", 0)), x.ndim)
     shape = shape_of(x)
@@ -193,7 +205,8 @@ def gather(n: OnnxNode) -> Tensor:
         if flat.size == 1:  # one position: a slice, without an index buffer
             y = ops.slice(x, axis, int(flat[0]), int(flat[0]) + 1)
             return ops.reshape(y, out_shape)
-        return ops.reshape(ops.index_select(x, axis, index_tensor(n, flat)), out_shape)
+        y = ops.index_select(x, axis, index_tensor(n, flat))
+        return y if tuple(y.shape) == out_shape else ops.reshape(y, out_shape)
     if axis == 0 and x.ndim == 2:
         return ops.embedding(idx, x)
     flat_t = idx if idx.ndim == 1 else ops.reshape(idx, (-1,))
@@ -203,6 +216,7 @@ def gather(n: OnnxNode) -> Tensor:
 
 @converter("GatherElements", versions=(11, 13))
 def gather_elements(n: OnnxNode) -> Tensor:
+    """GatherElements: torch.gather semantics, negative indices counted from the end."""
     x = n.tensor(0)
     axis = normalize_axis(n, int(n.attr("axis", 0)), x.ndim)
     idx = _indices(n, 1, shape_of(x)[axis])
@@ -227,6 +241,8 @@ def _pad_indices(mode: str, size: int, before: int, after: int) -> np.ndarray:
 
 @converter("Pad", versions=(11, 25))
 def pad(n: OnnxNode) -> Tensor:
+    """Pad: constant mode with ``ops.pad``; reflect, edge and wrap as one gather of the
+    source positions, computed here."""
     x = n.tensor(0)
     mode = n.attr("mode", "constant")
     if mode not in ("constant", "reflect", "edge", "wrap") or (mode == "wrap" and n.version < 19):
@@ -255,6 +271,8 @@ def pad(n: OnnxNode) -> Tensor:
 
 @converter("Trilu", versions=(14, 14))
 def trilu(n: OnnxNode) -> Tensor:
+    """Trilu: the upper (or lower) triangle of the last two axes from diagonal ``k``; a
+    constant mask selects it."""
     x = n.tensor(0)
     if x.ndim < 2:
         raise n.error(f"the input must be at least 2-d, got shape {shape_of(x)}")
@@ -269,6 +287,7 @@ def trilu(n: OnnxNode) -> Tensor:
 
 @converter("Shape", versions=(1, 25))
 def shape(n: OnnxNode) -> np.ndarray:
+    """Shape: the static shape as a constant (``start``/``end`` from version 15)."""
     dims = list(shape_of(n.input(0)))
     start, end = n.attr("start", 0), n.attr("end")
     return np.array(dims[start:end], dtype=np.int64)
@@ -276,11 +295,13 @@ def shape(n: OnnxNode) -> np.ndarray:
 
 @converter("Size", versions=(1, 25))
 def size(n: OnnxNode) -> np.ndarray:
+    """Size: the static element count as a constant."""
     return np.array(math.prod(shape_of(n.input(0))), dtype=np.int64)
 
 
 @converter("Constant", versions=(1, 25))
 def constant(n: OnnxNode) -> np.ndarray:
+    """Constant: the tensor of its one value attribute."""
     for key, dtype in (("value", None), ("value_float", np.float32), ("value_floats", np.float32),
                        ("value_int", np.int64), ("value_ints", np.int64)):
         v = n.attr(key)
@@ -293,6 +314,7 @@ def constant(n: OnnxNode) -> np.ndarray:
 
 @converter("ConstantOfShape", versions=(9, 25))
 def constant_of_shape(n: OnnxNode) -> np.ndarray:
+    """ConstantOfShape: a constant filled with ``value`` (default float32 0)."""
     dims = n.ints(0, "shape") or []
     value = n.attr("value")
     fill = np.zeros(1, np.float32) if value is None else np.asarray(value).reshape(-1)
@@ -301,6 +323,7 @@ def constant_of_shape(n: OnnxNode) -> np.ndarray:
 
 @converter("EyeLike", versions=(9, 22))
 def eye_like(n: OnnxNode) -> np.ndarray:
+    """EyeLike: ones on diagonal ``k`` of a constant of the input's 2-d shape."""
     rows, cols = shape_of(n.input(0))
     code = n.attr("dtype")
     dt = dtype_of(n.input(0)) if code is None else taskloom_dtype(code, f"{n.label}: 'dtype'")
@@ -309,6 +332,7 @@ def eye_like(n: OnnxNode) -> np.ndarray:
 
 @converter("Range", versions=(11, 27))
 def range_(n: OnnxNode) -> np.ndarray:
+    """Range: only with constant inputs (the node folds; this asks for them otherwise)."""
     # the output's size depends on the values, so they must be known (then the node folds)
     start, limit, delta = (n.const(k, what) for k, what in enumerate(("start", "limit", "delta")))
     return np.arange(start, limit, delta).astype(np.asarray(start).dtype)
@@ -316,6 +340,7 @@ def range_(n: OnnxNode) -> np.ndarray:
 
 @converter("Dropout", versions=(7, 22))
 def dropout(n: OnnxNode) -> list[Value]:
+    """Dropout at inference: the identity, and an all-true mask where the model reads it."""
     x = n.input(0)
     training = n.scalar(2, "training_mode") if n.has(2) else False
     ratio = n.scalar(1, "ratio") if n.has(1) else n.attr("ratio", 0.5)

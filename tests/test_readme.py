@@ -10,7 +10,7 @@ import numpy as np
 def _blocks() -> list[str]:
     text = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
-    assert len(blocks) >= 3, "README lost an example"
+    assert len(blocks) >= 4, "README lost an example"
     return blocks
 
 
@@ -40,3 +40,7 @@ def test_readme_graph_example_runs(tmp_path, monkeypatch):
     np.testing.assert_allclose(ns["out"].sum(axis=-1), 1.0, rtol=1e-5)
     x = np.ones((4, 16), np.float32)
     np.testing.assert_array_equal(ns["same"](x), ns["model"](x))
+
+
+def test_readme_torch_example_runs(tmp_path):
+    _run(_blocks()[3], tmp_path / "torch_example.py")  # it asserts its own result

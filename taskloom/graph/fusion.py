@@ -16,6 +16,7 @@ from typing import Any
 
 from taskloom.graph.graph import Graph, Node
 from taskloom.graph.tensor import Tensor
+from taskloom.graph.walk import postorder
 from taskloom.ir import expr as E
 from taskloom.ir.compute import (GridCompute, ReduceCompute, Task, TensorInput, has_reduction,
                                  preserves_order, tensor_input)
@@ -130,26 +131,9 @@ def _costly(n: Node) -> bool:
 
 
 def _topological(groups: list[FusedGroup]) -> list[FusedGroup]:
-    """Orders groups so each follows the groups whose outputs it reads (an explicit stack,
-    so graphs thousands of groups deep are fine)."""
+    """Orders groups so each follows the groups whose outputs it reads."""
     made_by = {id(t): g for g in groups for t in g.outputs}
-    done: set[int] = set()
-    out: list[FusedGroup] = []
-    for root in groups:
-        stack: list[tuple[FusedGroup, int]] = [(root, 0)]
-        while stack:
-            g, i = stack.pop()
-            if i == 0 and id(g) in done:
-                continue
-            if i < len(g.inputs):
-                stack.append((g, i + 1))
-                producer = made_by.get(id(g.inputs[i]))
-                if producer is not None and id(producer) not in done:
-                    stack.append((producer, 0))
-            else:
-                done.add(id(g))
-                out.append(g)
-    return out
+    return postorder(groups, lambda g: [made_by[id(t)] for t in g.inputs if id(t) in made_by])
 
 
 def _group(nodes: list[Node], consumers: dict[int, list[Node]], graph_outputs: set[int]) -> FusedGroup:

@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 from taskloom.errors import TaskloomError
 from taskloom.graph.tensor import Tensor
+from taskloom.graph.walk import postorder
 from taskloom.ir.compute import Task, classify
 from taskloom.ir.expr import Expr
 
@@ -68,10 +69,9 @@ class Graph:
                 raise GraphError(f"graph input {k} ({t.name or 'unnamed'}) must be a taskloom.graph.input(...)")
             if t.name is None:
                 t.name = f"input{k}"
-        self.nodes: list[Node] = []
         self.constants: list[Tensor] = []
-        seen: set[int] = set()
         known_inputs = {id(t) for t in self.inputs}
+        constant_ids: set[int] = set()
 
         def check(t: Tensor, path: str) -> None:
             if t.producer is None and not t.is_concrete and id(t) not in known_inputs:
@@ -82,26 +82,15 @@ class Graph:
                 t.name = t.name or f"const{len(self.constants)}"
                 self.constants.append(t)
 
-        # a depth-first walk with an explicit stack: graphs thousands of nodes deep are fine
-        constant_ids: set[int] = set()
+        def producers(n: Node) -> list[Node]:
+            return [t.producer[0] for t in n.inputs if t.producer is not None]
+
         for k, out in enumerate(self.outputs):
             check(out, f"graph output {k}")
-            if out.producer is None:
-                continue
-            stack: list[tuple[Node, int]] = [(out.producer[0], 0)]
-            while stack:
-                node, i = stack.pop()
-                if i == 0 and id(node) in seen:
-                    continue
-                if i < len(node.inputs):
-                    stack.append((node, i + 1))
-                    t = node.inputs[i]
-                    check(t, f"input {i} of {node.op}")
-                    if t.producer is not None and id(t.producer[0]) not in seen:
-                        stack.append((t.producer[0], 0))
-                else:
-                    seen.add(id(node))
-                    self.nodes.append(node)
+        self.nodes: list[Node] = postorder([t.producer[0] for t in self.outputs if t.producer is not None], producers)
+        for n in self.nodes:
+            for i, t in enumerate(n.inputs):
+                check(t, f"input {i} of {n.op}")
 
     def __str__(self) -> str:
         names: dict[int, str] = {id(t): t.name for t in (*self.inputs, *self.constants)}  # type: ignore[misc]

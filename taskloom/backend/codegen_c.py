@@ -13,7 +13,6 @@ a :class:`CodegenError`, never C that means something else.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from taskloom.errors import CodegenError
 from taskloom.ir import expr as E

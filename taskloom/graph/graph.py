@@ -10,7 +10,7 @@ placeholders for the node's input tensors) and its input and output tensors.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Sequence
 
 from taskloom.errors import TaskloomError
 from taskloom.graph.tensor import Tensor

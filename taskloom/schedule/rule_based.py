@@ -23,10 +23,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from taskloom.errors import TransformError
 from taskloom.ir import expr as E
 from taskloom.ir import stmt as S
-from taskloom.ir.compute import GridCompute, ReduceCompute, Task, TensorInput
+from taskloom.ir.compute import GridCompute, ReduceCompute, Task
 from taskloom.ir.dtypes import DataType, TensorType, float32, index_type
 from taskloom.ir.functor import Rewriter, collect, substitute
 from taskloom.schedule.interior import interior
@@ -171,7 +170,7 @@ def schedule_task(task: Task, target: CpuTarget, name: str | None = None) -> S.F
                 buf = E.Var(names.fresh(n.name), n.type)
                 ctx.tensors[n] = buf
                 body.append(S.Declare(buf, None, "global"))
-            body.append(_node_nest(n, ctx, task.outputs))
+            body.append(_node_nest(n, ctx))
     return S.Function(name or task.name, tuple(params), S.seq(body),
                       attrs=(("doc", f"{task.name}: scheduled by rules"),))
 
@@ -191,7 +190,7 @@ def _fused_rows(task: Task, nodes: list[GridCompute], ctx: _Ctx) -> S.Stmt:
             var = E.Var(ctx.names.fresh(n.name), TensorType(n.dtype, tuple(rest)) if rest else n.dtype)
             ctx.tensors[n] = var
             inner.append(S.Declare(var, None, "local") if rest else S.Declare(var))
-        inner.append(_node_body(n, ctx, dict(zip(n.axes[:p], row_axes)), n in task.outputs))
+        inner.append(_node_body(n, ctx, dict(zip(n.axes[:p], row_axes))))
     return S.For(t, _prod(rows), S.seq(inner), "parallel")
 
 
@@ -232,15 +231,15 @@ def _reads_any(e: E.Expr, nodes: set[GridCompute]) -> bool:
     return False
 
 
-def _node_nest(n: GridCompute, ctx: _Ctx, outputs: Sequence[GridCompute]) -> S.Stmt:
+def _node_nest(n: GridCompute, ctx: _Ctx) -> S.Stmt:
     """A node on its own: parallel over its outer axes (and blocks of its last axis)."""
     if not n.shape:
-        return _node_body(n, ctx, {}, True)
+        return _node_body(n, ctx, {})
     reduces = bool(collect(n.value, ReduceCompute))
     if reduces and len(n.shape) > 1:
         outer = n.shape[:-1]
         t = E.Var(ctx.names.fresh("o"), index_type)
-        body = _node_body(n, ctx, dict(zip(n.axes[:-1], _unravel(t, outer))), True)
+        body = _node_body(n, ctx, dict(zip(n.axes[:-1], _unravel(t, outer))))
         return S.For(t, _prod(outer), body, "parallel")
     # each element of a 1-d reduction is a whole reduction: far smaller blocks spread it
     block = REDUCE_BLOCK if reduces else BLOCK
@@ -262,13 +261,13 @@ def _node_nest(n: GridCompute, ctx: _Ctx, outputs: Sequence[GridCompute]) -> S.S
     return S.For(t, _prod([*outer, nb]) if outer else nb, body, "parallel")
 
 
-def _node_body(n: GridCompute, ctx: _Ctx, bind: dict[E.Var, E.Expr], is_output: bool) -> S.Stmt:
+def _node_body(n: GridCompute, ctx: _Ctx, bind: dict[E.Var, E.Expr]) -> S.Stmt:
     """The loops over the axes of ``n`` not bound by ``bind``; the last one vectorized."""
     free = [(a, d) for a, d in zip(n.axes, n.shape) if a not in bind]
     if not free:
         value, pre = _reduce_all(_Reads(ctx).visit(substitute(n.value, bind)), ctx)
         return S.seq([*pre, _store(n, ctx, bind, value)])
-    outer, (last_axis, last_extent) = free[:-1], free[-1]
+    outer, last_extent = free[:-1], free[-1][1]
     loops_vars = {a: E.Var(ctx.names.fresh(a.name), index_type) for a, _ in outer}
     inner = _row(n, ctx, {**bind, **loops_vars}, E.as_expr(0), last_extent)
     for (a, d) in reversed(outer):

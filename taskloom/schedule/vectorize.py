@@ -12,7 +12,7 @@ the whole expression non-vectorizable, and the caller falls back to a scalar loo
 from __future__ import annotations
 
 from taskloom.ir import expr as E
-from taskloom.ir.dtypes import VectorType, float32
+from taskloom.ir.dtypes import float32
 from taskloom.transforms.simplify import simplify_expr
 
 #: Primitives the C backend implements on float32 vectors.

@@ -16,7 +16,7 @@ from taskloom.ir import expr as E
 from taskloom.ir import stmt as S
 from taskloom.ir.dtypes import index_type
 from taskloom.ir.functor import Rewriter, substitute
-from taskloom.ir.mapping import Composed, Custom, Repeat, Spatial, TaskMapping, _axis_order, _unravel
+from taskloom.ir.mapping import Custom, Repeat, Spatial, TaskMapping, _axis_order, _unravel
 from taskloom.errors import TransformError
 from taskloom.transforms.names import NameGen
 

@@ -36,13 +36,19 @@ def build(functions: "Function | IRModule | Sequence[Function]", target: CpuTarg
     return load_module(lib.lib_path, lib.signatures, lib.source_path)
 
 
-def compile(graph: "Graph", target: CpuTarget | str | None = None, *, fuse: bool = True,  # noqa: A001
-            optimize: bool = True, verbose: bool = False) -> "CompiledGraph":
+def compile(graph: "Graph", target: CpuTarget | str | None = None, *, tune: int = 0,  # noqa: A001
+            fuse: bool = True, optimize: bool = True, verbose: bool = False) -> "CompiledGraph":
     """Compiles a graph (``taskloom.graph.Graph``) into one native function: graph passes,
     operators fused, every kernel and a launcher in one shared library, intermediates in one
-    planned arena."""
+    planned arena.
+
+    ``tune`` picks how template kernels (matmul, convolution) choose their schedule: 0 takes
+    the default for the target (or a record from an earlier tuning run), 1 measures a small
+    part of the schedule space, 2 all of it; measured results are kept in the tuning records
+    and reused by later compiles on this machine.
+    """
     from taskloom.compiler.graph_compiler import compile_graph
-    return compile_graph(graph, target, fuse=fuse, optimize=optimize, verbose=verbose)
+    return compile_graph(graph, target, tune=tune, fuse=fuse, optimize=optimize, verbose=verbose)
 
 
 def load(path: str) -> "CompiledGraph":

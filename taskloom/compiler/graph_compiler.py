@@ -27,11 +27,14 @@ def _nbytes(t: Tensor) -> int:
     return n
 
 
-def compile_graph(graph: Graph, target: CpuTarget | str | None = None, *, fuse: bool = True,
+def compile_graph(graph: Graph, target: CpuTarget | str | None = None, *, tune: int = 0, fuse: bool = True,
                   optimize: bool = True, verbose: bool = False) -> CompiledGraph:
     """Compiles ``graph`` for ``target`` (default: this machine) into one native function:
     graph passes (``optimize``), fusion (``fuse``), scheduling, memory planning, one build."""
     started = time.perf_counter()
+    if tune not in (0, 1, 2):
+        raise TaskloomError(f"compile(): tune={tune!r} is not a tuning level; use 0 (defaults), 1 (a small "
+                            "search) or 2 (the whole schedule space)")
     if optimize:
         from taskloom.graph.passes import optimize as run_passes
         graph = run_passes(graph)

@@ -23,7 +23,6 @@ What to know:
 """
 from __future__ import annotations
 
-import inspect
 import re
 import warnings
 from dataclasses import dataclass
@@ -206,13 +205,7 @@ class CompiledFunction:
         conversion = convert(aten_gm, args, self._is_input, self._names)
         compiled = None
         if conversion.graph is not None:
-            kwargs: dict[str, Any] = {}
-            if "tune" in inspect.signature(compile_graph).parameters:
-                kwargs["tune"] = self.options.tune
-            elif self.options.tune:
-                warnings.warn(f"taskloom: tune={self.options.tune} has no effect yet: taskloom.compile "
-                              "takes no tuning level in this version", stacklevel=2)
-            compiled = compile_graph(conversion.graph, self.options.target, **kwargs)
+            compiled = compile_graph(conversion.graph, self.options.target, tune=self.options.tune)
         self.aten_graph, self.graph, self.compiled_graph = aten_gm, conversion.graph, compiled
         return _Program(conversion, compiled, self._state(args))
 

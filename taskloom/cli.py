@@ -10,6 +10,7 @@ import sys
 from typing import Sequence
 
 from taskloom.backend.cache import BuildCache
+from taskloom.bench_op import add_op_command
 from taskloom.errors import TaskloomError
 
 
@@ -50,11 +51,20 @@ def add_cache_commands(commands: argparse._SubParsersAction) -> None:
         .set_defaults(func=_cache_clear)
 
 
+def add_bench_commands(commands: argparse._SubParsersAction) -> None:
+    """Register ``bench op matmul`` and ``bench op conv2d`` (see :mod:`taskloom.bench_op`)."""
+    bench = commands.add_parser("bench", help="time operators compiled by taskloom against numpy, "
+                                "PyTorch and ONNX Runtime")
+    kinds = bench.add_subparsers(dest="bench", metavar="KIND", required=True)
+    add_op_command(kinds)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every ``taskloom`` command."""
     parser = argparse.ArgumentParser(prog="taskloom", description="taskloom deep-learning compiler")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     add_cache_commands(commands)
+    add_bench_commands(commands)
     return parser
 
 

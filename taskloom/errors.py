@@ -35,6 +35,10 @@ class TransformError(TaskloomError):
     """An IR pass met a program it cannot handle."""
 
 
+class ScheduleError(TaskloomError):
+    """A schedule template cannot serve a task or a config (too many registers, bad sizes)."""
+
+
 class CodegenError(TaskloomError):
     """The IR uses something the chosen backend or target cannot express."""
 

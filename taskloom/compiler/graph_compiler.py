@@ -16,7 +16,7 @@ from taskloom.graph.tensor import Tensor
 from taskloom.graph.fusion import FusedGroup, fuse_graph
 from taskloom.runtime.compiled_graph import CompiledGraph
 from taskloom.runtime.memory_plan import Buffer, plan_memory
-from taskloom.schedule.rule_based import schedule_task
+from taskloom.schedule.select import schedule
 from taskloom.target.cpu import CpuTarget, get_target
 
 
@@ -75,13 +75,15 @@ def compile_graph(graph: Graph, target: CpuTarget | str | None = None, *, tune: 
 
     functions, calls, kernels = [], [], []
     for g, group in enumerate(groups):
-        fn = schedule_task(group.task, tgt, name=f"k{g}_{group.name}")
+        fn = schedule(group.task, tgt, name=f"k{g}_{group.name}", tune=tune)
         if len(fn.params) != len(group.inputs) + len(group.outputs):
             raise TaskloomError(f"kernel {fn.name} has symbolic sizes; compiled graphs need static shapes")
         functions.append(fn)
         args = tuple(refs[id(t)] for t in (*group.inputs, *group.outputs))
         calls.append(Call(c_symbol(fn.name), args, f"{group.name}: {' + '.join(group.ops)}"))
-        kernels.append({"name": fn.name, "ops": group.ops, "category": group.category})
+        kernels.append({"name": fn.name, "ops": group.ops, "category": group.category,
+                        "schedule": f"{fn.attr('template')}: {fn.attr('config')}" if fn.attr("template")
+                        else "rule-based"})
     lib = build_library(functions, tgt, name="graph", extra_source=launcher_source(calls))
     meta = {"inputs": [{"name": t.name, "dtype": t.dtype.name, "shape": [int(d) for d in t.shape]}
                        for t in graph.inputs],

@@ -1,0 +1,191 @@
+"""Recognizing a contraction in a (fused) task, so the matmul template can serve it.
+
+A task is a contraction when exactly one of its nodes holds a reduction, that reduction is
+a sum of a product ``x * y`` of float32 values, and the node's axes fall into three runs:
+batch axes (both ``x`` and ``y`` depend on them), then the axes only one factor depends
+on, then the axes only the other depends on. Read as a batched matmul
+``C[b, m, n] = sum_k A[b, m, k] * B[b, k, n]``, with each run flattened into one index:
+
+- ``matmul(a, b)`` and ``batch_matmul``: ``A`` is ``a``, ``B`` is ``b``;
+- ``linear(x, w)``: every leading axis of ``x`` is a row of ``A``; ``B[k, n] = w[n, k]``;
+- ``conv2d`` in NCHW: ``A[o, (c, ky, kx)]`` is the weight and ``B[(c, ky, kx), (oy, ox)]``
+  is the input window (img2col, read in place), batched over the images.
+
+What the group computes around the reduction comes along as expressions: the factors
+with their prologues inlined (``a``, ``b``), and the epilogue (``epilogue``): the output
+element in terms of ``acc``, the sum. Fusion keeps the row-major order of the anchor's
+result (:func:`taskloom.ir.compute.preserves_order`), so output element ``(b, m, n)``
+sits at offset ``(b * M + m) * N + n`` of the group's output.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from taskloom.ir import expr as E
+from taskloom.ir.compute import GridCompute, ReduceCompute, Task, inline
+from taskloom.ir.dtypes import float32, index_type
+from taskloom.ir.functor import Rewriter, collect, substitute
+from taskloom.transforms.simplify import simplify_expr
+
+
+@dataclass(frozen=True)
+class Contraction:
+    """A task read as ``out[(b*M + m)*N + n] = epilogue(acc = sum_k a(b, m, k) * b(b, k, n))``."""
+
+    task: Task
+    batch: int
+    M: int
+    N: int
+    K: int
+    vb: E.Var
+    vm: E.Var
+    vn: E.Var
+    vk: E.Var
+    acc: E.Var
+    a: E.Expr           # of vb, vm, vk
+    b: E.Expr           # of vb, vk, vn
+    epilogue: E.Expr    # of vb, vm, vn, acc
+    output: GridCompute
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        return (self.batch, self.M, self.N, self.K)
+
+    @property
+    def bounds(self) -> dict[E.Var, tuple[int, int]]:
+        return {self.vb: (0, self.batch - 1), self.vm: (0, self.M - 1), self.vn: (0, self.N - 1),
+                self.vk: (0, self.K - 1)}
+
+
+def _static(dims) -> list[int] | None:
+    out = []
+    for d in dims:
+        d = simplify_expr(d)  # a conv's output size is arithmetic of constants
+        if not isinstance(d, E.Constant):
+            return None
+        out.append(int(d.value))
+    return out
+
+
+def _strip_casts(e: E.Expr) -> E.Expr:
+    while isinstance(e, E.Cast) and e.dtype == float32 and e.value.type == float32:
+        e = e.value
+    return e
+
+
+def _unflatten(flat: E.Expr, extents: list[int]) -> list[E.Expr]:
+    """Row-major indices of ``flat`` in ``extents``."""
+    out: list[E.Expr] = []
+    stride = 1
+    for d in reversed(extents):
+        q = flat if stride == 1 else flat // stride
+        out.append(q if stride * d == math.prod(extents) else q % d)
+        stride *= d
+    return list(reversed(out))
+
+
+class _InlineExcept(Rewriter):
+    """Inlines every intermediate compute except ``anchor``, whose reads become ``value``."""
+
+    def __init__(self, anchor: GridCompute, value: E.Expr):
+        self.anchor, self.value = anchor, value
+
+    def visit_TensorElement(self, e: E.TensorElement) -> E.Expr:
+        if e.tensor is self.anchor:
+            return self.value
+        e = self.generic_visit(e)
+        if isinstance(e.tensor, GridCompute):
+            return self.visit(substitute(e.tensor.value, dict(zip(e.tensor.axes, e.indices))))
+        return e
+
+
+def match_contraction(task: Task) -> Contraction | None:
+    """``task`` read as a batched matmul with a prologue and an epilogue, or None."""
+    if len(task.outputs) != 1 or task.outputs[0].dtype != float32:
+        return None
+    out = task.outputs[0]
+    anchors = [n for n in task.computes() if collect(n.value, ReduceCompute)]
+    if len(anchors) != 1:
+        return None
+    R = anchors[0]
+    reds = collect(R.value, ReduceCompute)
+    if len(reds) != 1:
+        return None
+    red: ReduceCompute = reds[0]  # type: ignore[assignment]
+    if red.kind != "sum" or red.value.type != float32:
+        return None
+    body = _strip_casts(inline(red.value))
+    if not (isinstance(body, E.Binary) and body.op == "mul"):
+        return None
+    x, y = _strip_casts(body.a), _strip_casts(body.b)
+    if collect(x, ReduceCompute) or collect(y, ReduceCompute):
+        return None
+    extents = _static(R.shape)
+    k_ext = _static(red.shape)
+    if extents is None or k_ext is None or _static(out.shape) is None:
+        return None
+
+    fx, fy = E.free_vars(x), E.free_vars(y)
+    kinds: list[str] = []
+    for a, d in zip(R.axes, extents):
+        in_x, in_y = a in fx, a in fy
+        if d == 1:
+            kinds.append("1")  # a unit axis: index 0 whatever reads it
+        elif not (in_x or in_y):
+            return None  # an axis of the result neither factor reads: not a contraction
+        else:
+            kinds.append("b" if in_x and in_y else "x" if in_x else "y")
+    # the last run of axes one factor alone reads are the columns, the run before it (the
+    # other factor's) the rows, and everything before is batch
+    pos = [k for k, kind in enumerate(kinds) if kind != "1"]
+    if not pos or kinds[pos[-1]] == "b":
+        return None
+    col_kind = kinds[pos[-1]]
+    row_kind = "y" if col_kind == "x" else "x"
+    cut = len(pos)
+    while cut > 0 and kinds[pos[cut - 1]] == col_kind:
+        cut -= 1
+    rows_start = cut
+    while rows_start > 0 and kinds[pos[rows_start - 1]] == row_kind:
+        rows_start -= 1
+    role = {p: ("b" if k < rows_start else "m" if k < cut else "n") for k, p in enumerate(pos)}
+    if col_kind == "x":
+        x, y = y, x  # the factor that varies along the columns is B
+
+    vb, vm, vn, vk = (E.Var(n, index_type) for n in ("b", "m", "n", "k"))
+    acc = E.Var("acc", float32)
+    groups = {g: [(R.axes[p], extents[p]) for p in pos if role[p] == g] for g in "bmn"}
+    sub: dict[E.Var, E.Expr] = {a: E.as_expr(0) for a, k in zip(R.axes, kinds) if k == "1"}
+    for g, flat in (("b", vb), ("m", vm), ("n", vn)):
+        axes = groups[g]
+        sub.update(zip([a for a, _ in axes], _unflatten(flat, [d for _, d in axes])))
+    sub.update(zip(red.axes, _unflatten(vk, k_ext)))
+    Bt, M, N = (math.prod(d for _, d in groups[g]) for g in "bmn")
+    K = math.prod(k_ext)
+    bounds = {vb: (0, Bt - 1), vm: (0, M - 1), vn: (0, N - 1), vk: (0, K - 1)}
+    a_expr = simplify_expr(substitute(x, sub), bounds)
+    b_expr = simplify_expr(substitute(y, sub), bounds)
+
+    # the anchor's own value around its sum (a bias in linear, a cast), then the epilogue
+    r_value = substitute(inline(_Replace(red, acc).visit(R.value)), sub)
+    if out is R:
+        epilogue = r_value
+    else:
+        flat = (vb * M + vm) * N + vn
+        out_idx = _unflatten(flat, _static(out.shape))  # type: ignore[arg-type]
+        epilogue = substitute(_InlineExcept(R, r_value).visit(out.value), dict(zip(out.axes, out_idx)))
+    epilogue = simplify_expr(epilogue, bounds)
+    return Contraction(task, Bt, M, N, K, vb, vm, vn, vk, acc, a_expr, b_expr, epilogue, out)
+
+
+class _Replace(Rewriter):
+    """Replaces one node (the anchor's reduction) by another."""
+
+    def __init__(self, old: E.Expr, new: E.Expr):
+        self.old, self.new = old, new
+
+    def visit(self, node):  # type: ignore[override]
+        if node is self.old:
+            return self.new
+        return super().visit(node)

@@ -1,0 +1,154 @@
+"""Post-scheduling fusion (Hidet, section 4.2): a fused group's prologues and epilogues
+are added to the scheduled program of its anchor, not to its definition.
+
+A template is written against abstract operands -- for a contraction ``A[b, m, k]``,
+``B[b, k, n]`` and the result ``C[b, m, n]`` -- and promises only this: it reads ``A``
+and ``B`` by element and writes ``C`` by (vector) stores. :func:`fuse_contraction` then
+
+- replaces every read ``A[b, m, k]`` by the prologue: the expression the group computes
+  for that element from its true inputs (a transpose reads ``x[k, m]``, img2col reads the
+  input window, and with no prologue it is the input itself);
+- replaces every store ``C[b, m, n:n+L] = v`` by the epilogue evaluated on ``v``, vectorized
+  along ``n`` when the epilogue allows (bias, activations, residual adds), lane by lane
+  otherwise, written to the group's true output at the element's offset.
+
+So no intermediate tensor exists and a template knows nothing about fusion. Every tensor of
+the fused kernel is passed flat (one dimension), so an epilogue that reads a 4-d residual
+at a flattened column still sees consecutive elements as consecutive.
+"""
+from __future__ import annotations
+
+import math
+import re
+
+from taskloom.errors import ScheduleError
+from taskloom.ir import expr as E
+from taskloom.ir import stmt as S
+from taskloom.ir.compute import TensorInput
+from taskloom.ir.dtypes import TensorType, index_type
+from taskloom.ir.functor import Rewriter, collect, substitute
+from taskloom.schedule.contraction import Contraction
+from taskloom.schedule.vectorize import vectorize_expr
+from taskloom.transforms.flatten import linear_index
+from taskloom.transforms.simplify import simplify_expr
+
+
+def _flat_var(name: str, t: TensorType) -> E.Var:
+    size = simplify_expr(math.prod(t.shape, start=E.as_expr(1)))
+    if not isinstance(size, E.Constant):
+        raise ScheduleError(f"post-scheduling fusion: tensor '{name}' has a symbolic shape {t.shape}")
+    return E.Var(name, TensorType(t.dtype, (size,)))
+
+
+class _FlatReads(Rewriter):
+    """Reads of the task's inputs become reads of the kernel's flat parameters."""
+
+    def __init__(self, params: dict[TensorInput, E.Var]):
+        self.params = params
+
+    def visit_TensorElement(self, e: E.TensorElement) -> E.Expr:
+        idx = tuple(self.visit(i) for i in e.indices)
+        t = e.tensor
+        if isinstance(t, TensorInput):
+            return E.TensorElement(self.params[t], (linear_index(t.shape, idx) if idx else E.as_expr(0),))
+        return E.TensorElement(t, idx)
+
+
+class _Fuse(Rewriter):
+    def __init__(self, con: Contraction, A: E.Var, B: E.Var, C: E.Var, params: dict[TensorInput, E.Var],
+                 out: E.Var):
+        self.con, self.A, self.B, self.C, self.out = con, A, B, C, out
+        flat = _FlatReads(params)
+        bounds = con.bounds
+        self.a = simplify_expr(flat.visit(con.a), bounds)
+        self.b = simplify_expr(flat.visit(con.b), bounds)
+        self.epilogue = simplify_expr(flat.visit(con.epilogue), bounds)
+        self.tiles = 0
+
+    def _offset(self, b: E.Expr, m: E.Expr, n: E.Expr) -> E.Expr:
+        c = self.con
+        return simplify_expr((b * c.M + m) * c.N + n)
+
+    def visit_TensorElement(self, e: E.TensorElement) -> E.Expr:
+        c = self.con
+        if e.tensor is self.A:
+            b, m, k = (self.visit(i) for i in e.indices)
+            return substitute(self.a, {c.vb: b, c.vm: m, c.vk: k})
+        if e.tensor is self.B:
+            b, k, n = (self.visit(i) for i in e.indices)
+            return substitute(self.b, {c.vb: b, c.vk: k, c.vn: n})
+        if e.tensor is self.C:
+            raise ScheduleError("post-scheduling fusion: the template reads its result C; a template may "
+                                "only store to C (keep partial sums in a buffer of its own)")
+        return self.generic_visit(e)
+
+    def visit_VectorLoad(self, e: E.VectorLoad) -> E.Expr:
+        if e.tensor in (self.A, self.B, self.C):
+            raise ScheduleError(f"post-scheduling fusion: the template loads a vector of {e.tensor.name}; "
+                                "operands must be read by element so a prologue can replace the reads")
+        return self.generic_visit(e)
+
+    def visit_BufferStore(self, s: S.BufferStore) -> S.Stmt:
+        if s.tensor is not self.C:
+            return self.generic_visit(s)
+        c = self.con
+        b, m, n = (self.visit(i) for i in s.indices)
+        value = substitute(self.epilogue, {c.vb: b, c.vm: m, c.vn: n, c.acc: self.visit(s.value)})
+        return S.BufferStore(self.out, (self._offset(b, m, n),), value)
+
+    def visit_VectorStore(self, s: S.VectorStore) -> S.Stmt:
+        if s.tensor is not self.C:
+            return self.generic_visit(s)
+        c = self.con
+        b, m, n0 = (self.visit(i) for i in s.indices)
+        value = self.visit(s.value)
+        lanes = value.type.lanes  # type: ignore[union-attr]
+        count = self.visit(s.count) if s.count is not None else None
+        epi = substitute(self.epilogue, {c.vb: b, c.vm: m})
+        acc = E.Var("acc_v", value.type)
+        vector = vectorize_expr(epi, c.vn, n0, lanes, count, vectors={c.acc: acc})
+        offset = self._offset(b, m, n0)
+        if vector is not None:
+            return S.seq([S.Let(acc, value), S.VectorStore(self.out, (offset,), vector, count)])
+        # lane by lane: the epilogue gathers or is not float32
+        self.tiles += 1
+        tile = E.Var(f"epilogue_tile{self.tiles}", TensorType(c.acc.type, (E.as_expr(lanes),)))  # type: ignore[arg-type]
+        lane = E.Var("lane", index_type)
+        scalar = substitute(epi, {c.vn: n0 + lane, c.acc: E.TensorElement(tile, (lane,))})
+        body: S.Stmt = S.BufferStore(self.out, (simplify_expr(offset + lane),), scalar)
+        if count is not None:
+            body = S.If(E.binary("lt", lane, count), body)
+        return S.seq([S.Comment("the epilogue element by element: it does not vectorize along the columns"),
+                      S.Declare(tile, scope="local"), S.VectorStore(tile, (E.as_expr(0),), value),
+                      S.For(lane, E.as_expr(lanes), body)])
+
+
+def _param_names(con: Contraction, taken: set[str]) -> list[str]:
+    """Parameter names from the task's tensors, clear of the template's own names."""
+    names: list[str] = []
+    for t in (*con.task.inputs, con.output):
+        base = re.sub(r"\W|^(?=\d)", "_", t.name) or "t"
+        if t is con.output and base in names:
+            base = "out"
+        name = base
+        while name in names or name in taken:
+            name += "_"
+        names.append(name)
+    return names
+
+
+def fuse_contraction(program: S.Function, con: Contraction, name: str | None = None) -> S.Function:
+    """``program`` (a template over ``A``, ``B``, ``C``) with the group of ``con`` fused in: its
+    parameters become the task's inputs and its output, each flat, in that order."""
+    if len(program.params) != 3:
+        raise ScheduleError(f"post-scheduling fusion: template '{program.name}' must take (A, B, C), "
+                            f"got {[p.name for p in program.params]}")
+    A, B, C = program.params
+    taken = {v.name for v in collect(program.body, E.Var)}  # type: ignore[attr-defined]
+    names = _param_names(con, taken)
+    params = {t: _flat_var(n, t.type) for t, n in zip(con.task.inputs, names)}
+    out = _flat_var(names[-1], con.output.type)  # type: ignore[arg-type]
+    fuse = _Fuse(con, A, B, C, params, out)
+    body = fuse.visit(program.body)
+    return S.Function(name or program.name, (*params.values(), out), body, program.kind, program.attrs)
+

@@ -1,0 +1,46 @@
+"""Choosing how a task is scheduled: a template when one serves it, else the rule-based
+scheduler.
+
+A (fused) task that reads as a contraction (:mod:`taskloom.schedule.contraction`) gets the
+matmul template with the config the tuning level asks for, and its prologues and epilogues
+through post-scheduling fusion. Everything else -- and contractions a template would serve
+badly, such as a matrix-vector product -- goes to :func:`~taskloom.schedule.rule_based.schedule_task`.
+"""
+from __future__ import annotations
+
+from taskloom.ir import stmt as S
+from taskloom.ir.compute import Task
+from taskloom.ir.dtypes import float32
+from taskloom.schedule.contraction import Contraction, match_contraction
+from taskloom.schedule.post_fusion import fuse_contraction
+from taskloom.schedule.rule_based import schedule_task
+from taskloom.schedule.templates.matmul_cpu import MatmulConfig, default_config, matmul_program
+from taskloom.target.cpu import CpuTarget
+
+
+def template_serves(con: Contraction, target: CpuTarget) -> bool:
+    """Whether the matmul template beats the rule-based schedule on ``con``: it needs a few
+    rows and a vector of columns to fill its register tile (a matrix-vector product is a
+    row reduction, which the rule-based scheduler vectorizes along K instead)."""
+    return con.M >= 2 and con.N >= target.vector_lanes(float32) // 2 and con.K >= 2
+
+
+def choose_config(con: Contraction, target: CpuTarget, tune: int = 0) -> MatmulConfig:
+    """The config for ``con``: a tuning record if one exists, a measured search with
+    ``tune`` > 0, else the target's default."""
+    if tune == 0:
+        from taskloom.tune.tuner import recorded_config
+        best = recorded_config(con.shape, target)
+        return best if best is not None else default_config(con.shape, target)
+    from taskloom.tune.tuner import tune_matmul
+    return tune_matmul(con.shape, target, level=tune)
+
+
+def schedule(task: Task, target: CpuTarget, name: str | None = None, tune: int = 0) -> S.Function:
+    """The scheduled program of ``task`` (fused or not) for ``target``."""
+    con = match_contraction(task)
+    if con is not None and template_serves(con, target):
+        config = choose_config(con, target, tune)
+        program = matmul_program(con.shape, config, target, name=name or task.name)
+        return fuse_contraction(program, con)
+    return schedule_task(task, target, name)

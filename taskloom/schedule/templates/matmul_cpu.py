@@ -1,0 +1,235 @@
+"""The x86 matmul template: ``C[b] = A[b] @ B[b]`` for fp32, any sizes, one config.
+
+The schedule lives in the program (GotoBLAS's loop nest, written with task mappings):
+
+- ``spatial(PM, PN)`` hands each core a band of rows and a band of columns of C;
+- in its band a core walks blocks of NC columns and KC steps of K; for each it packs the
+  KC x NC block of B into NR-wide panels (a panel is read KC x NR at a time by the
+  micro-kernel and stays in L1), then walks blocks of MC rows, packing each MC x KC block
+  of A (it stays in L2);
+- the micro-kernel keeps an MR x NR tile of C in vector registers (``repeat(MR, NV)``
+  accumulators) and adds one rank-1 update per k: NV vector loads of the B panel, MR
+  broadcasts of A, MR * NV fused multiply-adds.
+
+Edges need no padding copies: rows past M are read as row M-1 and never stored, columns
+past N are packed as zeros and masked off when stored, and K's last block is short.
+
+The template reads its operands only through the packing loops (scalar element reads of
+``A[b, m, k]`` and ``B[b, k, n]``) and writes C only through the micro-kernel's final
+vector stores. That is the whole contract post-scheduling fusion needs
+(:mod:`taskloom.schedule.post_fusion`): it replaces those reads with the group's prologue
+and those stores with its epilogue, so the template knows nothing about fusion. Partial
+sums of an output tile when K spans several blocks live in a per-core buffer, never in C.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from taskloom.errors import ScheduleError
+from taskloom.ir import cdiv, f32, vec
+from taskloom.ir import stmt as S
+from taskloom.ir.mapping import spatial, repeat
+from taskloom.script import kernel
+from taskloom.target.cpu import CpuTarget
+
+
+@dataclass(frozen=True)
+class MatmulConfig:
+    """One point of the schedule space.
+
+    ``mr`` x ``nv`` vectors is the register tile; ``kc``, ``mc``, ``nc`` are the K, M and N
+    blocks; ``pm`` x ``pn`` cores split the rows and columns of C.
+    """
+
+    mr: int
+    nv: int
+    kc: int
+    mc: int
+    nc: int
+    pm: int
+    pn: int
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+    @staticmethod
+    def from_dict(d: dict) -> "MatmulConfig":
+        return MatmulConfig(**{k: int(d[k]) for k in ("mr", "nv", "kc", "mc", "nc", "pm", "pn")})
+
+    def __str__(self) -> str:
+        return (f"tile {self.mr}x{self.nv}v, kc={self.kc} mc={self.mc} nc={self.nc}, "
+                f"cores {self.pm}x{self.pn}")
+
+
+def _round_up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+def matmul_program(shape: tuple[int, int, int, int], config: MatmulConfig, target: CpuTarget,
+                   name: str = "matmul") -> S.Function:
+    """The kernel ``name(A: f32[Bt, M, K], B: f32[Bt, K, N], C: f32[Bt, M, N])`` for
+    ``shape = (Bt, M, N, K)``, scheduled by ``config`` for ``target``.
+
+    >>> fn = matmul_program((1, 100, 70, 33), default_config(...), host_target())
+    """
+    Bt, M, N, K = (int(x) for x in shape)
+    if min(Bt, M, N, K) < 1:
+        raise ScheduleError(f"matmul template: sizes must be positive, got (Bt, M, N, K)={shape}")
+    c = config
+    L = target.vector_lanes(f32)
+    MR, NV = c.mr, c.nv
+    NR = NV * L
+    if MR * NV + NV + 1 > target.num_vector_registers:
+        raise ScheduleError(f"matmul template: a {MR}x{NV}-vector tile needs {MR * NV + NV + 1} vector registers; "
+                            f"{target.name} has {target.num_vector_registers}")
+    PM, PN = c.pm, c.pn
+    P = PM * PN
+    # each core's band, whole register tiles wide; blocks no larger than the band
+    BAND_M = _round_up(cdiv(M, PM), MR)
+    BAND_N = _round_up(cdiv(N, PN), NR)
+    MC = min(_round_up(c.mc, MR), BAND_M)
+    NC = min(_round_up(c.nc, NR), BAND_N)
+    KC = min(c.kc, K)
+    KB = cdiv(K, KC)
+    # partial sums of the band's tiles between K blocks; one row when K is a single block
+    CB_ROWS, CB_COLS = (BAND_M, NC) if KB > 1 else (1, 1)
+    fvec = vec(f32, L)
+
+    @kernel
+    def matmul(A: f32[Bt, M, K], B: f32[Bt, K, N], C: f32[Bt, M, N]):
+        for w in parallel(P):
+            Ap = local_tensor(f32, [MC // MR, KC, MR])
+            Bp = local_tensor(f32, [NC // NR, KC, NR])
+            Cb = local_tensor(f32, [CB_ROWS, CB_COLS])
+            for tm, tn in spatial(PM, PN).on(w):
+                m_lo = tm * BAND_M
+                m_hi = min(M, m_lo + BAND_M)
+                n_lo = tn * BAND_N
+                n_hi = min(N, n_lo + BAND_N)
+                for b in range(Bt):
+                    for nb in range(cdiv(BAND_N, NC)):
+                        n0 = n_lo + nb * NC
+                        nn = min(NC, n_hi - n0)
+                        for kb in range(KB):
+                            k0 = kb * KC
+                            kn = min(KC, K - k0)
+                            "pack B's KC x NC block into NR-wide panels; columns past N are zeros"
+                            for jr in range(cdiv(nn, NR)):
+                                for k in range(kn):
+                                    for j in vectorize(NR):
+                                        n = n0 + jr * NR + j
+                                        Bp[jr, k, j] = select(n < n_hi, B[b, k0 + k, min(n, N - 1)], 0.0)
+                            for mb in range(cdiv(m_hi - m_lo, MC)):
+                                m0 = m_lo + mb * MC
+                                mm = min(MC, m_hi - m0)
+                                "pack A's MC x KC block; rows past M repeat row M-1 (never stored)"
+                                for ir in range(cdiv(mm, MR)):
+                                    for i in range(MR):
+                                        for k in range(kn):
+                                            Ap[ir, k, i] = A[b, min(m0 + ir * MR + i, M - 1), k0 + k]
+                                for jr in range(cdiv(nn, NR)):
+                                    for ir in range(cdiv(mm, MR)):
+                                        acc = register_tensor(fvec, [MR, NV])
+                                        for i, v in repeat(MR, NV).on(0):
+                                            if kb == 0:
+                                                acc[i, v] = broadcast(0.0, L)
+                                            else:
+                                                acc[i, v] = vload(Cb[m0 - m_lo + ir * MR + i, jr * NR + v * L], L)
+                                        "the micro-kernel: MR x NV vector FMAs per k"
+                                        for k in range(kn):
+                                            bv = register_tensor(fvec, [NV])
+                                            for v in unroll(NV):
+                                                bv[v] = vload(Bp[jr, k, v * L], L)
+                                            "one broadcast of A lives at a time: MR x NV + NV + 1 registers"
+                                            for i in unroll(MR):
+                                                a = broadcast(Ap[ir, k, i], L)
+                                                for v in unroll(NV):
+                                                    acc[i, v] = fma(a, bv[v], acc[i, v])
+                                        for i, v in repeat(MR, NV).on(0):
+                                            m = m0 + ir * MR + i
+                                            if kb == KB - 1:
+                                                if m < m_hi:
+                                                    n = n0 + jr * NR + v * L
+                                                    vstore(C[b, m, n], acc[i, v], max(min(n_hi - n, L), 0))
+                                            else:
+                                                vstore(Cb[m - m_lo, jr * NR + v * L], acc[i, v])
+
+    fn = matmul
+    return S.Function(name, fn.params, fn.body, fn.kind,
+                      (("template", "matmul_cpu"), ("config", str(c)), ("shape", (Bt, M, N, K))))
+
+
+def default_config(shape: tuple[int, int, int, int], target: CpuTarget) -> MatmulConfig:
+    """The config for ``shape`` read off the target, before any tuning.
+
+    The register tile uses as many accumulators as the register file allows with two
+    vectors per row (MR x 2 vectors: 14 x 2 with 32 registers, 6 x 2 with 16); a KC x NR
+    panel of B fills about half of L1; an MC x KC block of A about half of L2; cores split
+    the larger of M and N (so small-M shapes such as 128 x 3072 split their columns).
+    """
+    Bt, M, N, K = shape
+    L = target.vector_lanes(f32)
+    regs = target.num_vector_registers
+    nv = 2
+    mr = min(14, (regs - nv - 1) // nv)
+    if M < mr:  # a thin A: fewer rows per tile, wider tiles
+        mr = max(1, M)
+        nv = max(1, min(4, (regs - 1) // (mr + 1)))
+    nr = nv * L
+    kc = max(64, min(512, (target.l1d_bytes // 2) // (nr * 4) // 16 * 16))
+    mc = max(mr, (target.l2_bytes // 2) // (kc * 4) // mr * mr)
+    nc = max(nr, 4096 // nr * nr)
+    P = target.num_cores
+    pm, pn = _split_cores(P, M, N, mr, nr)
+    return MatmulConfig(mr, nv, kc, mc, nc, pm, pn)
+
+
+def _split_cores(P: int, M: int, N: int, mr: int, nr: int) -> tuple[int, int]:
+    """The ``pm x pn`` core grid (``pm * pn == P``) that gives each core the most square
+    share of whole register tiles."""
+    best, best_cost = (P, 1), None
+    for pm in range(1, P + 1):
+        if P % pm:
+            continue
+        pn = P // pm
+        rows, cols = cdiv(cdiv(M, mr), pm) * mr, cdiv(cdiv(N, nr), pn) * nr
+        # the slowest core's work, then the least packing (A is packed pn times, B pm times)
+        cost = (rows * cols, rows + cols)
+        if best_cost is None or cost < best_cost:
+            best, best_cost = (pm, pn), cost
+    return best
+
+
+def matmul_space(target: CpuTarget) -> list[MatmulConfig]:
+    """The hardware-centric schedule space: every config is derived from the target alone
+    (register file, L1, L2, core count), never from the input size, and there are at most
+    about 200 of them.
+
+    - register tiles of MR x NV vectors (NV of 2 to 4) whose accumulators fill at least half
+      the register file (enough independent FMAs to hide their latency) and leave NV + 1
+      registers for the panel of B and a broadcast of A;
+    - KC so that a KC x NR panel of B takes 1/4, 1/2, 3/4 or all of L1 (at most 512);
+    - MC so that an MC x KC block of A takes 1/4 or 1/2 of L2;
+    - NC of 1024 or 4096 columns;
+    - every split of the cores into a PM x PN grid.
+    """
+    L1, L2, regs, P = target.l1d_bytes, target.l2_bytes, target.num_vector_registers, target.num_cores
+    lanes = target.vector_lanes(f32)
+    tiles = []
+    for nv in (2, 3, 4):  # one vector per row would need a broadcast per FMA
+        top = (regs - nv - 1) // nv
+        for mr in sorted({top, top - 2}):
+            if 1 <= mr <= 16 and mr * nv >= regs // 2:
+                tiles.append((mr, nv))
+    grids = [(pm, P // pm) for pm in range(1, P + 1) if P % pm == 0]
+    space = []
+    for mr, nv in tiles:
+        nr = nv * lanes
+        kcs = sorted({min(512, max(16, int(L1 * f) // (nr * 4) // 16 * 16)) for f in (0.25, 0.5, 0.75, 1.0)})
+        for kc in kcs:
+            mcs = sorted({max(mr, int(L2 * f) // (kc * 4) // mr * mr) for f in (0.25, 0.5)})
+            for mc in mcs:
+                for nc in (1024, 4096):
+                    for pm, pn in grids:
+                        space.append(MatmulConfig(mr, nv, kc, mc, nc, pm, pn))
+    return space

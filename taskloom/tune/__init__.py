@@ -1,0 +1,18 @@
+"""Tuning: measure candidate kernels and remember which configuration was fastest.
+
+- :mod:`taskloom.tune.tuner` picks a template's config for a workload: level 0 takes a
+  record or the default, level 1 measures the default's neighbourhood, level 2 the whole
+  schedule space.
+- :func:`measure` builds candidate kernels (one ``Function`` each, sharing one parameter
+  list) into their own libraries in parallel, then times them in an isolated worker
+  process (:mod:`taskloom.tune._worker`): a candidate that fails to build, crashes or
+  hangs gets a :class:`Measurement` with an error, and the others are still measured.
+- :class:`Records` keeps results in an sqlite file beside the build cache
+  (``<cache root>/tune.sqlite``), keyed by workload, target and configuration
+  (:func:`config_key`), safe to share between processes; :meth:`Records.best` gives the
+  fastest configuration measured so far and :meth:`Records.results` what is already known.
+"""
+from taskloom.tune.measure import Measurement, measure
+from taskloom.tune.records import Records, config_key
+
+__all__ = ["Measurement", "Records", "config_key", "measure"]

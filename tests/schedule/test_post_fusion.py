@@ -1,0 +1,165 @@
+"""Contractions read off fused tasks, and their prologues and epilogues added to the matmul
+template after scheduling: numbers against torch, one kernel per group, no intermediates."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import taskloom
+from taskloom import ops
+from taskloom.graph import Graph, input
+from taskloom.graph.fusion import fuse_graph
+from taskloom.graph.passes import optimize
+from taskloom.schedule.contraction import match_contraction
+from taskloom.schedule.select import schedule
+from taskloom.target import host_target
+
+rng = np.random.default_rng(7)
+F = torch.nn.functional
+
+
+def arr(*shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def const(a):
+    return taskloom.asarray(a)
+
+
+def groups(graph):
+    return fuse_graph(optimize(graph))
+
+
+def compiled(graph):
+    c = taskloom.compile(graph)
+    return c, [k["ops"] for k in c.meta["kernels"]]
+
+
+def check(graph, inputs, ref, n_kernels=1, rtol=1e-4):
+    c, kernels = compiled(graph)
+    out = c(*inputs)
+    out = out[0] if isinstance(out, (list, tuple)) else out
+    np.testing.assert_allclose(np.asarray(out), ref, rtol=rtol, atol=rtol * max(1.0, float(np.abs(ref).max())))
+    assert len(kernels) == n_kernels, kernels
+    return c
+
+
+def template_kernels(c):
+    source = open(c.meta["source"]).read()
+    return source.count("the micro-kernel")
+
+
+# ----------------------------------------------------------------------------- matching
+
+def test_matmul_linear_and_batch_matmul_read_as_contractions():
+    x, y = input((6, 40, 24), name="x"), input((24, 30), name="y")
+    (g,) = groups(Graph([x, y], [ops.matmul(x, y)]))
+    con = match_contraction(g.task)
+    assert con.shape == (1, 240, 30, 24)  # a batch that only A has is more rows
+    q, k = input((3, 8, 16), name="q"), input((3, 12, 16), name="k")
+    (g,) = groups(Graph([q, k], [ops.batch_matmul(q, k, transpose_b=True)]))
+    assert match_contraction(g.task).shape == (3, 8, 12, 16)
+    x = input((2, 5, 64), name="x")
+    (g,) = groups(Graph([x], [ops.linear(x, const(arr(48, 64)), const(arr(48)))]))
+    assert match_contraction(g.task).shape == (1, 10, 48, 64)
+
+
+def test_convolution_reads_as_implicit_gemm():
+    x = input((2, 8, 10, 10), name="x")
+    (g,) = groups(Graph([x], [ops.conv2d(x, const(arr(16, 8, 3, 3)), stride=2, padding=1)]))
+    con = match_contraction(g.task)
+    # per image: (out channels) x (output pixels), K = channels x window
+    assert con.shape == (2, 16, 25, 72)
+
+
+def test_what_is_not_a_contraction():
+    r, y = input((8, 9), name="r"), input((8, 9), name="y")
+    rowmax = ops.max(r, axis=1)
+    sq = ops.sum(ops.mul(y, y), axis=1)  # both factors read the same axes: no columns
+    for graph in (Graph([r], [rowmax]), Graph([y], [sq])):
+        for grp in groups(graph):
+            assert match_contraction(grp.task) is None
+
+
+def test_depthwise_convolution_is_left_to_the_rule_based_scheduler():
+    x = input((4, 8, 10, 10), name="x")
+    (g,) = groups(Graph([x], [ops.conv2d(x, const(arr(8, 1, 3, 3)), padding=1, groups=8)]))
+    con = match_contraction(g.task)
+    assert con.shape == (32, 1, 100, 9)  # one row per (image, channel): no register tile to fill
+    assert schedule(g.task, host_target()).attr("template") is None
+
+
+# ----------------------------------------------------------------------------- fusion
+
+def test_matmul_bias_gelu_is_one_template_kernel():
+    a, b, bias = arr(100, 70), arr(70, 45), arr(45)
+    x, y = input((100, 70), name="x"), input((70, 45), name="w")
+    out = ops.gelu(ops.add(ops.matmul(x, y), const(bias)))
+    ref = F.gelu(torch.from_numpy(a) @ torch.from_numpy(b) + torch.from_numpy(bias)).numpy()
+    c = check(Graph([x, y], [out]), [a, b], ref)
+    assert template_kernels(c) == 1
+
+
+def test_conv_bias_relu_with_img2col_prologue():
+    X, W, B = arr(2, 8, 12, 12), arr(16, 8, 3, 3, scale=0.3), arr(16)
+    x = input((2, 8, 12, 12), name="img")
+    out = ops.relu(ops.conv2d(x, const(W), const(B), padding=1))
+    ref = torch.relu(F.conv2d(torch.from_numpy(X), torch.from_numpy(W), torch.from_numpy(B), padding=1)).numpy()
+    c = check(Graph([x], [out]), [X], ref)
+    assert template_kernels(c) == 1
+    # the window is read from the image in place: no buffer the size of img2col
+    assert "Bp[" in open(c.meta["source"]).read() and c.meta["arena_bytes"] == 0
+
+
+def test_strided_conv_batch_one():
+    X, W = arr(1, 3, 17, 17), arr(8, 3, 5, 5, scale=0.3)
+    x = input((1, 3, 17, 17), name="img")
+    ref = F.conv2d(torch.from_numpy(X), torch.from_numpy(W), stride=2, padding=2).numpy()
+    check(Graph([x], [ops.conv2d(x, const(W), stride=2, padding=2)]), [X], ref)
+
+
+def test_transpose_prologue():
+    a, b = arr(64, 40), arr(64, 30)
+    x, y = input((64, 40), name="x"), input((64, 30), name="y")
+    c = check(Graph([x, y], [ops.matmul(ops.transpose(x, 0, 1), y)]), [a, b], a.T @ b)
+    assert template_kernels(c) == 1
+
+
+def test_residual_add_epilogue():
+    a, b, r = arr(32, 48), arr(48, 64), arr(32, 64)
+    x, y, z = input((32, 48), name="x"), input((48, 64), name="y"), input((32, 64), name="r")
+    check(Graph([x, y, z], [ops.add(ops.matmul(x, y), z)]), [a, b, r], a @ b + r)
+
+
+def test_reshape_epilogue_then_transpose():
+    a, b = arr(32, 48), arr(48, 64)
+    x, y = input((32, 48), name="x"), input((48, 64), name="y")
+    out = ops.transpose(ops.reshape(ops.matmul(x, y), (32, 4, 16)), 0, 1)
+    ref = (a @ b).reshape(32, 4, 16).transpose(1, 0, 2)
+    c, kernels = compiled(Graph([x, y], [out]))
+    np.testing.assert_allclose(c(a, b)[0] if isinstance(c(a, b), (list, tuple)) else c(a, b), ref, rtol=1e-4, atol=1e-4)
+    assert ["matmul", "reshape"] in kernels  # the reshape keeps the order: fused; the transpose does not
+
+
+def test_attention_scores_scale_and_mask():
+    q, k = arr(4, 20, 16), arr(4, 24, 16)
+    mask = np.triu(np.full((20, 24), -1e9, np.float32), 1)
+    x, y = input((4, 20, 16), name="q"), input((4, 24, 16), name="k")
+    out = ops.add(ops.mul(ops.batch_matmul(x, y, transpose_b=True), 0.25), const(mask))
+    check(Graph([x, y], [out]), [q, k], (q @ k.transpose(0, 2, 1)) * 0.25 + mask)
+
+
+def test_epilogue_that_does_not_vectorize_runs_lane_by_lane():
+    a, b, z = arr(20, 30), arr(30, 40), arr(40, 20)
+    x, y, t = input((20, 30), name="x"), input((30, 40), name="y"), input((40, 20), name="z")
+    out = ops.add(ops.matmul(x, y), ops.transpose(t, 0, 1))  # reads z down a column
+    c = check(Graph([x, y, t], [out]), [a, b, z], a @ b + z.T)
+    assert "element by element" in open(c.meta["source"]).read()
+
+
+def test_matrix_vector_products_stay_rule_based():
+    x = input((64, 100), name="x")
+    (g,) = groups(Graph([x], [ops.matmul(x, const(arr(100)))]))
+    fn = schedule(g.task, host_target())
+    assert fn.attr("template") is None

@@ -9,9 +9,16 @@ import statistics
 import time
 from typing import Any, Callable
 
+#: Seconds to wait before and after timing a system, for other thread pools to go idle.
+SETTLE_S = 0.3
+
 
 def median_ms(fn: Callable[[], object], repeats: int = 30, warmup: int = 3) -> float:
-    """The median wall time of ``repeats`` calls of ``fn`` after ``warmup`` untimed ones, in ms."""
+    """The median wall time of ``repeats`` calls of ``fn`` after ``warmup`` untimed ones, in ms.
+
+    Sleeps first and last: a thread pool that just ran (a BLAS computing a reference, the
+    system timed before) spins for a while, stealing the cores of whatever runs next."""
+    time.sleep(SETTLE_S)
     for _ in range(warmup):
         fn()
     times = []
@@ -19,7 +26,7 @@ def median_ms(fn: Callable[[], object], repeats: int = 30, warmup: int = 3) -> f
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-    time.sleep(0.2)  # let this system's worker threads go idle before the next is timed
+    time.sleep(SETTLE_S)
     return statistics.median(times) * 1e3
 
 

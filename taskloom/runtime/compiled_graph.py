@@ -20,6 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from taskloom.errors import ArgumentError, LoadError
+from taskloom.runtime.aligned import aligned_copy, aligned_empty
 from taskloom.runtime.dlpack import array_view
 
 MAGIC = b"TASKLOOM-MODEL\x00\x01"
@@ -37,7 +38,7 @@ class CompiledGraph:
     def __init__(self, lib_path: str | os.PathLike, meta: dict[str, Any], constants: Sequence[np.ndarray]):
         self.lib_path = Path(lib_path)
         self.meta = meta
-        self.constants = [np.ascontiguousarray(c) for c in constants]
+        self.constants = [aligned_copy(np.ascontiguousarray(c)) for c in constants]
         try:
             self._lib = ctypes.CDLL(str(self.lib_path.resolve()))
             self._entry = getattr(self._lib, ENTRY)
@@ -72,7 +73,7 @@ class CompiledGraph:
         for spec, a in zip(self.inputs, args):
             keep.append(a)
             ptrs.append(self._input_pointer(spec, a, keep))
-        outs = [np.empty(o["shape"], _np_dtype(o["dtype"])) for o in self.outputs]
+        outs = [aligned_empty(o["shape"], _np_dtype(o["dtype"])) for o in self.outputs]
         ins = (ctypes.c_void_p * max(len(ptrs), 1))(*ptrs)
         outp = (ctypes.c_void_p * max(len(outs), 1))(*[o.ctypes.data for o in outs])
         with self._lock:

@@ -29,17 +29,17 @@ from typing import Any
 
 import numpy as np
 
+from taskloom.runtime.aligned import aligned_empty
+
 WARMUPS = 2
 ALIGNMENT = 64
 _SEED = 0
 
 
 def _aligned_zeros(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """A C-contiguous zeroed array whose data starts on an ``ALIGNMENT``-byte boundary."""
-    count = int(np.prod(shape, dtype=np.int64))
-    raw = np.zeros(count * dtype.itemsize + ALIGNMENT, dtype=np.uint8)
-    start = -raw.ctypes.data % ALIGNMENT
-    return raw[start:start + count * dtype.itemsize].view(dtype).reshape(shape)
+    out = aligned_empty(shape, dtype, ALIGNMENT)
+    out.fill(0)
+    return out
 
 
 def _storage_dtype(name: str) -> np.dtype:

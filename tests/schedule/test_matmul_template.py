@@ -43,7 +43,7 @@ def test_space_is_hardware_centric_and_small(target):
     assert len({(c.mr, c.nv, c.kc, c.mc, c.nc, c.pm, c.pn) for c in space}) == len(space)
     for c in space:
         assert c.mr * c.nv + c.nv + 1 <= target.num_vector_registers
-        assert c.kc * c.nv * target.vector_lanes(taskloom.ir.f32) * 4 <= target.l1d_bytes
+        assert c.kc * 2 * target.vector_lanes(taskloom.ir.f32) * 4 <= target.l1d_bytes
         assert c.pm * c.pn == target.num_cores
 
 

@@ -119,8 +119,8 @@ class Conv2dProblem:
 
     def __init__(self, shape: tuple[int, ...], args: argparse.Namespace):
         self.shape = shape
-        self.stride, self.pad, self.groups = args.stride, args.pad, args.groups
         n, c, h, w, oc, kh, kw = shape
+        self.stride, self.pad, self.groups = args.stride, args.pad, args.groups or c
         self.oh = (h + 2 * self.pad - kh) // self.stride + 1
         self.ow = (w + 2 * self.pad - kw) // self.stride + 1
         self.dims = {"N": n, "C": c, "H": h, "W": w, "OC": oc, "KH": kh, "KW": kw, "OH": self.oh, "OW": self.ow}
@@ -404,7 +404,9 @@ def add_op_command(kinds: argparse._SubParsersAction) -> None:
             sub.add_argument("--stride", type=_positive, default=1, metavar="S", help="both axes (default 1)")
             sub.add_argument("--pad", type=_non_negative, default=0, metavar="P",
                              help="zeros on every side (default 0)")
-            sub.add_argument("--groups", type=_positive, default=1, metavar="G", help="channel groups (default 1)")
+            sub.add_argument("--groups", type=lambda t: _int_at_least(t, 0, "a non-negative integer"), default=1,
+                             metavar="G", help="channel groups (default 1; 0: depthwise, as many groups as "
+                                               "input channels, per shape)")
         sub.add_argument("--compare", type=_compare_type(name, problem.peers), default=None,
                          metavar=",".join(problem.peers),
                          help=f"the peers to time, comma-separated, or 'none' (default: {','.join(problem.peers)})")

@@ -8,7 +8,10 @@ badly, such as a matrix-vector product -- goes to :func:`~taskloom.schedule.rule
 """
 from __future__ import annotations
 
+import hashlib
+
 from taskloom.ir import stmt as S
+from taskloom.ir.printer import expr_text
 from taskloom.ir.compute import Task
 from taskloom.ir.dtypes import float32
 from taskloom.schedule.contraction import Contraction, match_contraction
@@ -25,15 +28,27 @@ def template_serves(con: Contraction, target: CpuTarget) -> bool:
     return con.M >= 2 and con.N >= target.vector_lanes(float32) // 2 and con.K >= 2
 
 
+def workload_key(con: Contraction) -> str:
+    """The tuning record key of a fused contraction: its sizes, and a digest of what its
+    prologue reads and its epilogue computes (a conv's window packs slower than a matrix)."""
+    text = f"{expr_text(con.a)}|{expr_text(con.b)}|{expr_text(con.epilogue)}"
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    return "matmul_cpu/" + "x".join(str(d) for d in con.shape) + "/" + digest
+
+
 def choose_config(con: Contraction, target: CpuTarget, tune: int = 0) -> MatmulConfig:
-    """The config for ``con``: a tuning record if one exists, a measured search with
-    ``tune`` > 0, else the target's default."""
+    """The config for ``con``: a tuning record if one exists, a measured search of the
+    fused kernel with ``tune`` > 0, else the target's default."""
+    workload = workload_key(con)
     if tune == 0:
         from taskloom.tune.tuner import recorded_config
-        best = recorded_config(con.shape, target)
+        best = recorded_config(con.shape, target, workload=workload)
         return best if best is not None else default_config(con.shape, target)
     from taskloom.tune.tuner import tune_matmul
-    return tune_matmul(con.shape, target, level=tune)
+    fused = lambda c: fuse_contraction(matmul_program(con.shape, c, target, name="fused"), con)  # noqa: E731
+    params = fused(default_config(con.shape, target)).params
+    args = [(tuple(int(d.value) for d in p.type.shape), p.type.dtype.name) for p in params]  # type: ignore[union-attr]
+    return tune_matmul(con.shape, target, level=tune, kernel=fused, args=args, workload=workload)
 
 
 def schedule(task: Task, target: CpuTarget, name: str | None = None, tune: int = 0) -> S.Function:

@@ -12,7 +12,10 @@ workload on one machine, and a later compile at level 0 reuses the result.
 """
 from __future__ import annotations
 
+from typing import Callable, Sequence
+
 from taskloom.errors import TaskloomError
+from taskloom.ir.stmt import Function
 from taskloom.schedule.templates.matmul_cpu import (MatmulConfig, default_config, matmul_program,
                                                     matmul_space)
 from taskloom.target.cpu import CpuTarget
@@ -26,10 +29,11 @@ def matmul_workload(shape: tuple[int, int, int, int]) -> str:
 
 
 def recorded_config(shape: tuple[int, int, int, int], target: CpuTarget,
-                    records: Records | None = None) -> MatmulConfig | None:
-    """The fastest recorded config of this matmul on ``target``, if it was tuned before."""
+                    records: Records | None = None, workload: str | None = None) -> MatmulConfig | None:
+    """The fastest recorded config of this matmul (or of the fused ``workload``) on
+    ``target``, if it was tuned before."""
     try:
-        best = (records or Records.default()).best(matmul_workload(shape), target.key())
+        best = (records or Records.default()).best(workload or matmul_workload(shape), target.key())
     except Exception:  # an unreadable database must not stop a compile
         return None
     return MatmulConfig.from_dict(best) if best else None
@@ -79,21 +83,30 @@ def candidates(shape: tuple[int, int, int, int], target: CpuTarget, level: int) 
 
 
 def tune_matmul(shape: tuple[int, int, int, int], target: CpuTarget, level: int = 1,
-                records: Records | None = None, progress: bool = True,
-                timeout_s: float = 10.0) -> MatmulConfig:
+                records: Records | None = None, progress: bool = True, timeout_s: float = 10.0,
+                kernel: Callable[[MatmulConfig], Function] | None = None,
+                args: Sequence[tuple[tuple[int, ...], str]] | None = None,
+                workload: str | None = None) -> MatmulConfig:
     """The fastest config of the matmul template for ``shape = (batch, M, N, K)`` on
-    ``target``, measuring what level ``level`` asks for that the records do not hold yet."""
+    ``target``, measuring what level ``level`` asks for that the records do not hold yet.
+
+    By default the plain template is measured. A fused group passes ``kernel`` (config ->
+    its fused kernel), the kernel's ``args`` and its own ``workload`` key, so what is timed
+    includes its prologue (an img2col window costs more to pack than a matrix) and epilogue.
+    """
     if level not in (1, 2):
         raise TaskloomError(f"tune_matmul(): level must be 1 or 2, got {level!r}")
     records = records or Records.default()
-    workload, tkey = matmul_workload(shape), target.key()
+    workload, tkey = workload or matmul_workload(shape), target.key()
     known = records.results(workload, tkey)
     todo = [c for c in candidates(shape, target, level) if config_key(c.to_dict()) not in known]
     if todo:
         Bt, M, N, K = shape
-        args = [((Bt, M, K), "float32"), ((Bt, K, N), "float32"), ((Bt, M, N), "float32")]
-        fns = [matmul_program(shape, c, target, name="matmul") for c in todo]
-        results = measure(fns, args, target, timeout_s=timeout_s,
+        if kernel is None:
+            args = [((Bt, M, K), "float32"), ((Bt, K, N), "float32"), ((Bt, M, N), "float32")]
+            kernel = lambda c: matmul_program(shape, c, target, name="matmul")  # noqa: E731
+        fns = [kernel(c) for c in todo]
+        results = measure(fns, args or [], target, timeout_s=timeout_s,
                           progress=f"tuning matmul {'x'.join(map(str, shape))}" if progress else False)
         for c, r in zip(todo, results):
             records.add(workload, tkey, c.to_dict(), r.seconds, r.error)

@@ -21,6 +21,7 @@ from taskloom.ir import dtypes as T
 from taskloom.ir import expr as E
 from taskloom.ir.dtypes import TensorType, index_type
 from taskloom.ir.functor import Rewriter, collect, substitute
+from taskloom.ir.index import prod, row_major_offset, unravel
 
 REDUCE_KINDS = ("sum", "max", "min", "mean", "prod", "argmax", "argmin")
 
@@ -223,19 +224,9 @@ def _conditional_reads(e: E.Expr, under: bool = False) -> list[tuple[E.TensorEle
     return [r for c in e.children() if isinstance(c, E.Expr) for r in _conditional_reads(c, under)]
 
 
-def _linear(indices: Sequence[E.Expr], shape: Sequence[E.Expr]) -> E.Expr:
-    """Row-major offset of ``indices`` in ``shape``."""
-    if not indices:
-        return E.as_expr(0)
-    out = indices[0]
-    for i, d in zip(indices[1:], shape[1:]):
-        out = out * d + i
-    return out
-
-
-def _same(a: E.Expr, b: E.Expr, bounds: dict[E.Var, tuple[int | None, int | None]]) -> bool:
+def _same(a: E.Expr | int, b: E.Expr | int, bounds: dict[E.Var, tuple[int | None, int | None]]) -> bool:
     from taskloom.transforms.simplify import simplify_expr
-    return E.is_const(simplify_expr(a - b, bounds), 0)
+    return E.is_const(simplify_expr(E.as_expr(a) - b, bounds), 0)
 
 
 def inverse_map(task: Task, inp: TensorInput) -> tuple[tuple[E.Var, ...], tuple[E.Expr, ...]] | None:
@@ -268,14 +259,14 @@ def inverse_map(task: Task, inp: TensorInput) -> tuple[tuple[E.Var, ...], tuple[
             return tuple(names), tuple(names[pos[a]] for a in out.axes)
         return None
     # a reshape: the row-major offset of the element read equals the offset of the output element
-    if not _same(_prod(in_shape), _prod(out_shape), {}):
+    if not _same(prod(in_shape), prod(out_shape), {}):
         return None
     units = {a: E.as_expr(0) for a, d in zip(out.axes, out_shape) if E.is_const(d, 1)}  # unsqueezed axes
-    if not _same(substitute(_linear(idx, in_shape) - _linear(out.axes, out_shape), units), E.as_expr(0), bounds):
+    if not _same(substitute(E.as_expr(row_major_offset(idx, in_shape)) - row_major_offset(out.axes, out_shape), units), 0, bounds):
         return None
     from taskloom.transforms.simplify import simplify_expr
     in_bounds = {n: (0, int(d.value) - 1) if isinstance(d, E.Constant) else (0, None) for n, d in zip(names, in_shape)}
-    return tuple(names), tuple(simplify_expr(i, in_bounds) for i in _unravel(_linear(names, in_shape), out_shape))
+    return tuple(names), tuple(simplify_expr(E.as_expr(i), in_bounds) for i in unravel(row_major_offset(names, in_shape), out_shape))
 
 
 def preserves_order(task: Task, inp: TensorInput) -> bool:
@@ -288,25 +279,7 @@ def preserves_order(task: Task, inp: TensorInput) -> bool:
     names, out_idx = m
     bounds = {n: (0, int(d.value) - 1) if isinstance(d, E.Constant) else (0, None)
               for n, d in zip(names, inp.shape)}
-    return _same(_linear(out_idx, task.outputs[0].shape) - _linear(names, inp.shape), E.as_expr(0), bounds)
-
-
-def _prod(xs: Sequence[E.Expr]) -> E.Expr:
-    out: E.Expr = E.as_expr(1)
-    for x in xs:
-        out = x if E.is_const(out, 1) else out * x
-    return out
-
-
-def _unravel(offset: E.Expr, shape: Sequence[E.Expr]) -> tuple[E.Expr, ...]:
-    """Row-major indices of ``offset`` in ``shape``; the outermost needs no modulo."""
-    out: list[E.Expr] = []
-    stride: E.Expr = E.as_expr(1)
-    for k in reversed(range(len(shape))):
-        q = offset if E.is_const(stride, 1) else offset // stride
-        out.append(q if k == 0 else q % shape[k])
-        stride = stride * shape[k]
-    return tuple(reversed(out))
+    return _same(E.as_expr(row_major_offset(out_idx, task.outputs[0].shape)) - row_major_offset(names, inp.shape), 0, bounds)
 
 
 def bijective_inputs(task: Task) -> list[TensorInput]:

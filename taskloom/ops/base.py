@@ -19,7 +19,8 @@ from taskloom.graph.graph import record
 from taskloom.graph.tensor import Tensor, asarray
 from taskloom.ir import dtypes as T
 from taskloom.ir.compute import GridCompute, Task, TensorInput, tensor_input
-from taskloom.ir.expr import Expr, is_const, var
+from taskloom.ir.expr import Expr, var
+from taskloom.ir.index import is_unit
 
 Dim = int | Expr
 
@@ -64,11 +65,6 @@ def normalize_axes(op: str, axes: Any, ndim: int, arg: str = "axis") -> list[int
     if len(out) != len(items):
         raise OpError(f"{op}(): '{arg}' repeats an axis: {axes}")
     return out
-
-
-def is_unit(d: Dim) -> bool:
-    """Whether a dimension is the literal size 1 (which broadcasts)."""
-    return (isinstance(d, int) and d == 1) or (isinstance(d, Expr) and is_const(d, 1))
 
 
 def broadcast_shapes(op: str, *shapes: Sequence[Dim]) -> tuple[Dim, ...]:

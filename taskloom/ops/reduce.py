@@ -18,6 +18,7 @@ from taskloom.graph.tensor import Tensor
 from taskloom.ir import dtypes as T
 from taskloom.ir import expr as E
 from taskloom.ir.compute import TensorInput, compute, reduce
+from taskloom.ir.index import unravel
 from taskloom.ops.base import Dim, apply, as_tensor, is_unit, normalize_axes, normalize_axis
 
 __all__ = ["sum", "mean", "max", "min", "prod", "argmax", "argmin", "softmax", "log_softmax",
@@ -200,7 +201,7 @@ def _arg_reduction(op: str, x: Any, axis: int | None, keepdim: Any, keepdims: An
         if ax is None:
             total = _product(shape)
             out_shape: list[Dim] = [1] * nd if keep else []
-            return compute(op, out_shape, lambda *i: reduce([total], lambda k: X[_unravel(k, shape)], kind))
+            return compute(op, out_shape, lambda *i: reduce([total], lambda k: X[tuple(unravel(k, shape))], kind))
         out_shape = _reduced_shape(shape, [ax], keep)
         return compute(op, out_shape, lambda *i: reduce(
             [shape[ax]], lambda k: X[_input_index(nd, [ax], keep, i, {ax: k})], kind))
@@ -213,22 +214,6 @@ def _product(dims: Sequence[Dim]) -> Any:
         if not is_unit(d):
             out = d if isinstance(out, int) and out == 1 else out * d
     return out
-
-
-def _unravel(flat: E.Expr, shape: Sequence[Dim]) -> tuple[Any, ...]:
-    """Row-major indices of the flat position ``flat`` in ``shape`` (unit dims read 0)."""
-    out: list[Any] = []
-    stride: Any = 1
-    big = [k for k, d in enumerate(shape) if not is_unit(d)]
-    for k in reversed(range(len(shape))):
-        d = shape[k]
-        if is_unit(d):
-            out.append(0)
-            continue
-        q = flat if isinstance(stride, int) and stride == 1 else flat // stride
-        out.append(q if k == big[0] else q % d)
-        stride = d if isinstance(stride, int) and stride == 1 else stride * d
-    return tuple(reversed(out))
 
 
 def argmax(x: Any, axis: int | None = None, keepdim: bool = False, *, keepdims: bool | None = None) -> Tensor:

@@ -24,6 +24,7 @@ from taskloom.ir import dtypes as T
 from taskloom.ir import expr as E
 from taskloom.ir.dtypes import index_type
 from taskloom.ir.compute import GridCompute, TensorInput, compute
+from taskloom.ir.index import prod, row_major_offset, unravel
 from taskloom.ops.base import apply, as_tensor, is_unit, normalize_axes, normalize_axis
 
 __all__ = ["reshape", "flatten", "squeeze", "unsqueeze", "transpose", "permute", "expand",
@@ -89,36 +90,6 @@ def _scalar(op: str, arg: str, value: Any, dtype: T.DataType) -> E.Constant:
         raise OpError(f"{op}(): '{arg}'={value} is out of the range of {dtype.name} "
                       f"({dtype.min_value()}..{dtype.max_value()})")
     return E.Constant(v, dtype)
-
-
-def _prod(dims: Sequence[Dim]) -> Dim:
-    out: Dim = 1
-    for d in dims:
-        if not is_unit(d):
-            out = d if is_unit(out) else out * d
-    return out
-
-
-def _linear(index: Sequence[Dim], dims: Sequence[Dim]) -> Dim:
-    """The row-major offset of ``index`` in ``dims`` (unit dimensions contribute nothing)."""
-    out: Dim = 0
-    for i, d in zip(index, dims):
-        if is_unit(d):
-            continue
-        out = i if isinstance(out, int) and out == 0 else out * d + i
-    return out
-
-
-def _unravel(offset: Dim, dims: Sequence[Dim]) -> list[Dim]:
-    """The row-major index of ``offset`` in ``dims``; the outermost non-unit needs no modulo."""
-    big = [k for k, d in enumerate(dims) if not is_unit(d)]
-    out: list[Dim] = [0] * len(dims)
-    stride: Dim = 1
-    for k in reversed(big):
-        q = offset if is_unit(stride) else offset // stride
-        out[k] = q if k == big[0] else q % dims[k]
-        stride = dims[k] if is_unit(stride) else stride * dims[k]
-    return out
 
 
 def _index_arg(op: str, arg: str, t: Any, extent: int | None) -> Tensor:
@@ -233,8 +204,8 @@ def reshape_compute(name: str, X: TensorInput | GridCompute, shape: Sequence[Dim
             if len(ga) == 1 and len(gb) == 1:
                 in_idx[ga[0]] = idx[gb[0]]
                 continue
-            offset = _linear([idx[k] for k in gb], [shape[k] for k in gb])
-            for k, v in zip(ga, _unravel(offset, [src[k] for k in ga])):
+            offset = row_major_offset([idx[k] for k in gb], [shape[k] for k in gb])
+            for k, v in zip(ga, unravel(offset, [src[k] for k in ga])):
                 in_idx[k] = v
         return X[tuple(in_idx)]
     return compute(name, shape, fn)
@@ -254,7 +225,7 @@ def _reshape_apply(op: str, x: Tensor, target: Sequence[int], attrs: dict[str, A
         shape: list[Dim] = list(target)
         if not static:
             for ga, gb in groups:
-                shape[gb[0]] = _prod([X.shape[k] for k in ga])
+                shape[gb[0]] = prod([X.shape[k] for k in ga])
         if empty:
             zero = E.cast(E.const(0), X.dtype)
             return compute(op, shape, lambda *i: zero)

@@ -26,6 +26,7 @@ from taskloom.ir import expr as E
 from taskloom.ir.compute import GridCompute, ReduceCompute, Task, inline
 from taskloom.ir.dtypes import float32, index_type
 from taskloom.ir.functor import Rewriter, collect, substitute
+from taskloom.ir.index import unravel
 from taskloom.transforms.simplify import simplify_expr
 
 
@@ -72,17 +73,6 @@ def _strip_casts(e: E.Expr) -> E.Expr:
     while isinstance(e, E.Cast) and e.dtype == float32 and e.value.type == float32:
         e = e.value
     return e
-
-
-def _unflatten(flat: E.Expr, extents: list[int]) -> list[E.Expr]:
-    """Row-major indices of ``flat`` in ``extents``."""
-    out: list[E.Expr] = []
-    stride = 1
-    for d in reversed(extents):
-        q = flat if stride == 1 else flat // stride
-        out.append(q if stride * d == math.prod(extents) else q % d)
-        stride *= d
-    return list(reversed(out))
 
 
 class _InlineExcept(Rewriter):
@@ -159,8 +149,8 @@ def match_contraction(task: Task) -> Contraction | None:
     sub: dict[E.Var, E.Expr] = {a: E.as_expr(0) for a, k in zip(R.axes, kinds) if k == "1"}
     for g, flat in (("b", vb), ("m", vm), ("n", vn)):
         axes = groups[g]
-        sub.update(zip([a for a, _ in axes], _unflatten(flat, [d for _, d in axes])))
-    sub.update(zip(red.axes, _unflatten(vk, k_ext)))
+        sub.update(zip([a for a, _ in axes], unravel(flat, [d for _, d in axes])))
+    sub.update(zip(red.axes, unravel(vk, k_ext)))
     Bt, M, N = (math.prod(d for _, d in groups[g]) for g in "bmn")
     K = math.prod(k_ext)
     bounds = {vb: (0, Bt - 1), vm: (0, M - 1), vn: (0, N - 1), vk: (0, K - 1)}
@@ -173,7 +163,7 @@ def match_contraction(task: Task) -> Contraction | None:
         epilogue = r_value
     else:
         flat = (vb * M + vm) * N + vn
-        out_idx = _unflatten(flat, _static(out.shape))  # type: ignore[arg-type]
+        out_idx = unravel(flat, _static(out.shape))  # type: ignore[arg-type]
         epilogue = substitute(_InlineExcept(R, r_value).visit(out.value), dict(zip(out.axes, out_idx)))
     epilogue = simplify_expr(epilogue, bounds)
     return Contraction(task, Bt, M, N, K, vb, vm, vn, vk, acc, a_expr, b_expr, epilogue, out)

@@ -18,7 +18,6 @@ at a flattened column still sees consecutive elements as consecutive.
 """
 from __future__ import annotations
 
-import math
 import re
 
 from taskloom.errors import ScheduleError
@@ -27,17 +26,28 @@ from taskloom.ir import stmt as S
 from taskloom.ir.compute import TensorInput
 from taskloom.ir.dtypes import TensorType, index_type
 from taskloom.ir.functor import Rewriter, collect, substitute
+from taskloom.ir.index import prod, row_major_offset
 from taskloom.schedule.contraction import Contraction
 from taskloom.schedule.vectorize import vectorize_expr
-from taskloom.transforms.flatten import linear_index
 from taskloom.transforms.simplify import simplify_expr
 
 
-def _flat_var(name: str, t: TensorType) -> E.Var:
-    size = simplify_expr(math.prod(t.shape, start=E.as_expr(1)))
+def _flat_size(name: str, t: TensorType) -> int:
+    size = simplify_expr(E.as_expr(prod(t.shape)))
     if not isinstance(size, E.Constant):
         raise ScheduleError(f"post-scheduling fusion: tensor '{name}' has a symbolic shape {t.shape}")
-    return E.Var(name, TensorType(t.dtype, (size,)))
+    return int(size.value)
+
+
+def _flat_var(name: str, t: TensorType) -> E.Var:
+    return E.Var(name, TensorType(t.dtype, (E.as_expr(_flat_size(name, t)),)))
+
+
+def fused_arg_specs(con: Contraction) -> list[tuple[tuple[int], str]]:
+    """The (shape, dtype) of each parameter of ``con``'s fused kernel, in order: every
+    tensor flat (what :func:`fuse_contraction` declares, for timing it with made-up data)."""
+    return [((_flat_size(t.name, t.type), ), t.dtype.name)  # type: ignore[arg-type]
+            for t in (*con.task.inputs, con.output)]
 
 
 class _FlatReads(Rewriter):
@@ -50,7 +60,7 @@ class _FlatReads(Rewriter):
         idx = tuple(self.visit(i) for i in e.indices)
         t = e.tensor
         if isinstance(t, TensorInput):
-            return E.TensorElement(self.params[t], (linear_index(t.shape, idx) if idx else E.as_expr(0),))
+            return E.TensorElement(self.params[t], (E.as_expr(row_major_offset(idx, t.shape)),))
         return E.TensorElement(t, idx)
 
 

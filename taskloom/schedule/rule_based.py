@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from taskloom.ir import expr as E
 from taskloom.ir import stmt as S
 from taskloom.ir.compute import GridCompute, ReduceCompute, Task
 from taskloom.ir.dtypes import DataType, TensorType, float32, index_type
 from taskloom.ir.functor import Rewriter, collect, substitute
+from taskloom.ir.index import prod, unravel
 from taskloom.schedule.interior import interior
 from taskloom.schedule.vectorize import vectorize_expr
 from taskloom.target.cpu import CpuTarget
@@ -45,23 +46,6 @@ ACCUMULATORS = 4
 _INIT = {"sum": 0.0, "mean": 0.0, "max": -math.inf, "min": math.inf, "prod": 1.0}
 _COMBINE = {"sum": "add", "mean": "add", "max": "max", "min": "min", "prod": "mul"}
 _HORIZONTAL = {"sum": "reduce_add", "mean": "reduce_add", "max": "reduce_max", "min": "reduce_min"}
-
-
-def _prod(xs: Sequence[E.Expr]) -> E.Expr:
-    out: E.Expr = E.as_expr(1)
-    for x in xs:
-        out = x if E.is_const(out, 1) else out * x
-    return out
-
-
-def _unravel(flat: E.Expr, shape: Sequence[E.Expr]) -> list[E.Expr]:
-    out: list[E.Expr] = []
-    stride: E.Expr = E.as_expr(1)
-    for k in reversed(range(len(shape))):
-        q = flat if E.is_const(stride, 1) else flat // stride
-        out.append(q if k == 0 else q % shape[k])
-        stride = shape[k] if E.is_const(stride, 1) else stride * shape[k]
-    return list(reversed(out))
 
 
 def _identity(kind: str, t: DataType) -> E.Expr:
@@ -180,7 +164,7 @@ def _fused_rows(task: Task, nodes: list[GridCompute], ctx: _Ctx) -> S.Stmt:
     p = ctx.prefix
     rows = nodes[-1].shape[:p]
     t = E.Var(ctx.names.fresh("row"), index_type)
-    row_axes = _unravel(t, rows)
+    row_axes = unravel(t, rows)
     inner: list[S.Stmt] = [S.Comment(f"{len(nodes)} stages share the leading {p} axis(es): run row by row")]
     inner += _row_reductions(nodes, row_axes, ctx)
     for n in nodes:
@@ -191,7 +175,7 @@ def _fused_rows(task: Task, nodes: list[GridCompute], ctx: _Ctx) -> S.Stmt:
             ctx.tensors[n] = var
             inner.append(S.Declare(var, None, "local") if rest else S.Declare(var))
         inner.append(_node_body(n, ctx, dict(zip(n.axes[:p], row_axes))))
-    return S.For(t, _prod(rows), S.seq(inner), "parallel")
+    return S.For(t, E.as_expr(prod(rows)), S.seq(inner), "parallel")
 
 
 def _row_reductions(nodes: list[GridCompute], row_axes: list[E.Expr], ctx: _Ctx) -> list[S.Stmt]:
@@ -239,8 +223,8 @@ def _node_nest(n: GridCompute, ctx: _Ctx) -> S.Stmt:
     if reduces and len(n.shape) > 1:
         outer = n.shape[:-1]
         t = E.Var(ctx.names.fresh("o"), index_type)
-        body = _node_body(n, ctx, dict(zip(n.axes[:-1], _unravel(t, outer))))
-        return S.For(t, _prod(outer), body, "parallel")
+        body = _node_body(n, ctx, dict(zip(n.axes[:-1], unravel(t, outer))))
+        return S.For(t, E.as_expr(prod(outer)), body, "parallel")
     # each element of a 1-d reduction is a whole reduction: far smaller blocks spread it
     block = REDUCE_BLOCK if reduces else BLOCK
     *outer, last = n.shape
@@ -250,15 +234,15 @@ def _node_nest(n: GridCompute, ctx: _Ctx) -> S.Stmt:
         o, b = t, E.as_expr(0)
     else:
         o, b = (t // nb, t % nb) if outer else (E.as_expr(0), t)
-    bind = dict(zip(n.axes[:-1], _unravel(o, outer))) if outer else {}
+    bind = dict(zip(n.axes[:-1], unravel(o, outer))) if outer else {}
     if E.is_const(nb, 1):
-        return S.For(t, _prod(outer), _row(n, ctx, bind, E.as_expr(0), last), "parallel")
+        return S.For(t, E.as_expr(prod(outer)), _row(n, ctx, bind, E.as_expr(0), last), "parallel")
     start = E.Var(ctx.names.fresh("start"), index_type)
     length = E.Var(ctx.names.fresh("length"), index_type)
     body = S.seq([S.Comment(f"blocks of {block} along the last axis spread even one row over every core"),
                   S.Let(start, b * block), S.Let(length, E.minimum(last - start, block)),
                   _row(n, ctx, bind, start, length)])
-    return S.For(t, _prod([*outer, nb]) if outer else nb, body, "parallel")
+    return S.For(t, E.as_expr(prod([*outer, nb])) if outer else nb, body, "parallel")
 
 
 def _node_body(n: GridCompute, ctx: _Ctx, bind: dict[E.Var, E.Expr]) -> S.Stmt:
@@ -370,7 +354,7 @@ def _vector_chunk(value: E.Expr, j: E.Var, j0: E.Expr, count: E.Expr | None,
             loop = S.For(a, d, loop)
         stmts += [S.Declare(vacc, E.Broadcast(_identity(r.kind, float32), lanes)), loop]
         if r.kind == "mean":
-            stmts.append(S.Assign(vacc, vacc / E.Broadcast(E.cast(_prod(r.shape), float32), lanes)))
+            stmts.append(S.Assign(vacc, vacc / E.Broadcast(E.cast(prod(r.shape), float32), lanes)))
         # the value reads a scalar stand-in; the vectorizer reads the accumulator for it
         stand_in = E.Var(ctx.names.fresh(f"{r.kind}_lane"), float32)
         vectors[stand_in] = vacc
@@ -442,7 +426,7 @@ def _reductions(rs: list[ReduceCompute], ctx: _Ctx) -> tuple[list[E.Var], list[S
     stmts.append(inner)
     for r, a in zip(rs, accs):
         if r.kind == "mean":
-            stmts.append(S.Assign(a, a / E.cast(_prod(r.shape), r.value.type)))  # type: ignore[arg-type]
+            stmts.append(S.Assign(a, a / E.cast(prod(r.shape), r.value.type)))  # type: ignore[arg-type]
     return accs, stmts
 
 

@@ -15,7 +15,7 @@ from taskloom.ir.printer import expr_text
 from taskloom.ir.compute import Task
 from taskloom.ir.dtypes import float32
 from taskloom.schedule.contraction import Contraction, match_contraction
-from taskloom.schedule.post_fusion import fuse_contraction
+from taskloom.schedule.post_fusion import fuse_contraction, fused_arg_specs
 from taskloom.schedule.rule_based import schedule_task
 from taskloom.schedule.templates.matmul_cpu import MatmulConfig, default_config, matmul_program
 from taskloom.target.cpu import CpuTarget
@@ -46,9 +46,7 @@ def choose_config(con: Contraction, target: CpuTarget, tune: int = 0) -> MatmulC
         return best if best is not None else default_config(con.shape, target)
     from taskloom.tune.tuner import tune_matmul
     fused = lambda c: fuse_contraction(matmul_program(con.shape, c, target, name="fused"), con)  # noqa: E731
-    params = fused(default_config(con.shape, target)).params
-    args = [(tuple(int(d.value) for d in p.type.shape), p.type.dtype.name) for p in params]  # type: ignore[union-attr]
-    return tune_matmul(con.shape, target, level=tune, kernel=fused, args=args, workload=workload)
+    return tune_matmul(con.shape, target, level=tune, kernel=fused, args=fused_arg_specs(con), workload=workload)
 
 
 def schedule(task: Task, target: CpuTarget, name: str | None = None, tune: int = 0) -> S.Function:

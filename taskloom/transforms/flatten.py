@@ -12,14 +12,7 @@ from taskloom.ir import expr as E
 from taskloom.ir import stmt as S
 from taskloom.ir.dtypes import TensorType
 from taskloom.ir.functor import Rewriter
-
-
-def linear_index(shape: tuple[E.Expr, ...], indices: tuple[E.Expr, ...]) -> E.Expr:
-    """Row-major offset of ``indices`` in ``shape``: ``((i0 * d1 + i1) * d2 + i2)``."""
-    out = indices[0]
-    for d, i in zip(shape[1:], indices[1:]):
-        out = out * d + i
-    return out
+from taskloom.ir.index import row_major_offset
 
 
 class _Flattener(Rewriter):
@@ -36,7 +29,7 @@ class _Flattener(Rewriter):
         t = tensor.type
         idx = tuple(self.visit(i) for i in indices)
         if isinstance(t, TensorType) and t.ndim != 1:
-            idx = (linear_index(t.shape, idx) if idx else E.const(0),)
+            idx = (E.as_expr(row_major_offset(idx, t.shape)),)
         return self.visit(tensor), idx
 
     def visit_TensorElement(self, e: E.TensorElement) -> E.Expr:

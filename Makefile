@@ -14,8 +14,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+# ResNet-50 (random weights, batch 1) compiled by taskloom, timed next to PyTorch eager.
 demo: venv
-	$(PY) examples/matmul_tiled.py
+	$(VENV)/bin/taskloom bench model resnet50 --compare torch
 
 # pytest exits 5 when it collects no test; that is not a failure of the suite.
 # Tests marked slow (the full ONNX conformance run, whole models) run with `make test-slow`.

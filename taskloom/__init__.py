@@ -8,9 +8,10 @@
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+import os
+from typing import TYPE_CHECKING, Any, Sequence
 
-from taskloom.errors import TaskloomError
+from taskloom.errors import ArgumentError, TaskloomError
 from taskloom.target import CpuTarget, get_target, host_target
 from taskloom.graph import Tensor, asarray, from_torch
 from taskloom import compiler as _compiler  # registers the eager executor
@@ -36,11 +37,16 @@ def build(functions: "Function | IRModule | Sequence[Function]", target: CpuTarg
     return load_module(lib.lib_path, lib.signatures, lib.source_path)
 
 
-def compile(graph: "Graph", target: CpuTarget | str | None = None, *, tune: int = 0,  # noqa: A001
-            fuse: bool = True, optimize: bool = True, verbose: bool = False) -> "CompiledGraph":
-    """Compiles a graph (``taskloom.graph.Graph``) into one native function: graph passes,
-    operators fused, every kernel and a launcher in one shared library, intermediates in one
-    planned arena.
+def compile(model: Any, example_inputs: Any = None, target: CpuTarget | str | None = None, *,  # noqa: A001
+            tune: int = 0, fuse: bool = True, optimize: bool = True, verbose: bool = False) -> "CompiledGraph":
+    """Compiles a model into one native function: graph passes, operators fused, every kernel
+    and a launcher in one shared library, intermediates in one planned arena.
+
+    ``model`` is a taskloom ``Graph``, a torch module or function (traced on
+    ``example_inputs``, a tensor or a tuple of them; it must be one graph with no breaks),
+    or an ONNX model (a path or a ``ModelProto``).
+
+        compiled = taskloom.compile(torch_model.eval(), (torch.randn(1, 3, 224, 224),))
 
     ``tune`` picks how template kernels (matmul, convolution) choose their schedule: 0 takes
     the default for the target (or a record from an earlier tuning run), 1 measures a small
@@ -48,7 +54,27 @@ def compile(graph: "Graph", target: CpuTarget | str | None = None, *, tune: int 
     and reused by later compiles on this machine.
     """
     from taskloom.compiler.graph_compiler import compile_graph
-    return compile_graph(graph, target, tune=tune, fuse=fuse, optimize=optimize, verbose=verbose)
+    from taskloom.graph import Graph
+    if isinstance(model, Graph):
+        if example_inputs is not None:
+            raise ArgumentError(f"compile(): a Graph takes no example_inputs (got {example_inputs!r}); "
+                                "pass the target by keyword: compile(graph, target=...)")
+        return compile_graph(model, target, tune=tune, fuse=fuse, optimize=optimize, verbose=verbose)
+    kind = type(model).__module__.split(".")[0]
+    if kind == "taskloom":
+        raise ArgumentError(f"compile() takes a Graph, a torch module or an ONNX model; got a "
+                            f"{type(model).__name__}, which is {'already compiled' if hasattr(model, 'save') else 'none of them'}")
+    if isinstance(model, (str, os.PathLike)) or kind == "onnx":
+        from taskloom.frontend.onnx import from_onnx
+        return from_onnx(model, target=target)
+    if kind == "torch" or callable(model):
+        if example_inputs is None:
+            raise ArgumentError("compile(): a torch model needs example_inputs (a tensor or a tuple of tensors) "
+                                "to trace it")
+        from taskloom.frontend.torch import compile_module
+        inputs = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+        return compile_module(model, tuple(inputs), target=target, tune=tune)
+    raise ArgumentError(f"compile() takes a Graph, a torch module or an ONNX model, got {type(model).__name__}")
 
 
 def load(path: str) -> "CompiledGraph":

@@ -1,4 +1,4 @@
-"""The ``taskloom`` command line: ``taskloom cache info`` and ``taskloom cache clear``.
+"""The ``taskloom`` command line: ``taskloom cache info|clear``, ``taskloom bench op|model``.
 
 Each command group registers itself with :func:`build_parser` through an ``add_*``
 function and sets ``func`` on its parser; :func:`main` calls it.
@@ -10,7 +10,8 @@ import sys
 from typing import Sequence
 
 from taskloom.backend.cache import BuildCache
-from taskloom.bench_op import add_op_command
+from taskloom.bench.model import add_model_command
+from taskloom.bench.op import add_op_command
 from taskloom.errors import TaskloomError
 
 
@@ -52,11 +53,12 @@ def add_cache_commands(commands: argparse._SubParsersAction) -> None:
 
 
 def add_bench_commands(commands: argparse._SubParsersAction) -> None:
-    """Register ``bench op matmul`` and ``bench op conv2d`` (see :mod:`taskloom.bench_op`)."""
-    bench = commands.add_parser("bench", help="time operators compiled by taskloom against numpy, "
-                                "PyTorch and ONNX Runtime")
+    """Register ``bench op matmul|conv2d`` and ``bench model NAME`` (see :mod:`taskloom.bench`)."""
+    bench = commands.add_parser("bench", help="time operators and models compiled by taskloom against "
+                                "their peers")
     kinds = bench.add_subparsers(dest="bench", metavar="KIND", required=True)
     add_op_command(kinds)
+    add_model_command(kinds)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,6 +1,7 @@
 """From IR functions to a built shared library: lower, generate C, compile (cached)."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -61,19 +62,25 @@ def signature(fn: S.Function) -> dict[str, Any]:
 
 def build_library(functions: S.Function | S.Module | Sequence[S.Function], target: CpuTarget | str | None = None,
                   *, name: str | None = None, cache: BuildCache | None = None,
-                  extra_source: str = "") -> BuiltLibrary:
+                  extra_source: str = "", timings: dict[str, float] | None = None) -> BuiltLibrary:
     """Lowers ``functions``, generates C for ``target`` (default: this machine) and builds it.
 
     The build is content-addressed: building the same functions for the same target again
     costs no compiler run. ``extra_source`` is C appended to the generated code (a graph's
-    launcher).
+    launcher). ``timings``, when given, receives the seconds spent in ``"codegen"`` (lowering
+    and C generation) and ``"cc"`` (the C compiler, or the cache lookup that replaced it).
     """
     tgt = get_target(target) if not isinstance(target, CpuTarget) else target
     fns = list(functions.functions if isinstance(functions, S.Module)
                else [functions] if isinstance(functions, S.Function) else functions)
+    started = time.perf_counter()
     sigs = [signature(f) for f in fns]
     module = S.Module(tuple(transforms.lower(f) for f in fns))
     source = codegen_c(module, tgt) + extra_source
+    generated = time.perf_counter()
     lib = compile_shared_library(source, tgt, name=name or fns[0].name, cache=cache,
                                  meta={"signatures": sigs})
+    if timings is not None:
+        timings["codegen"] = generated - started
+        timings["cc"] = time.perf_counter() - generated
     return BuiltLibrary(lib, lib.parent / "source.c", sigs, tgt)

@@ -374,11 +374,30 @@ class _FunctionCodegen:
         self._f32_vector(e.type, "a vector load")
         ctype, prefix, _ = self.vinfo(e.type)  # type: ignore[arg-type]
         addr = self._address(e.tensor, self.index(e))
+        if e.stride != 1:
+            return self._gather(e, addr)
         if e.count is None:
             return f"{prefix}_loadu_ps({addr})"
         if e.lanes == 16:
             return f"_mm512_maskz_loadu_ps(tl_mask16({self.expr(e.count)}), {addr})"
         return f"{prefix}_maskload_ps({addr}, tl_mask{e.lanes}({self.expr(e.count)}))"
+
+    def _gather(self, e: E.VectorLoad, addr: str) -> str:
+        """Every ``stride``-th element: one gather with constant offsets (AVX2 and AVX-512)."""
+        if e.lanes not in (8, 16):
+            raise CodegenError(f"{self.where}: a strided vector load needs 8 or 16 lanes (AVX2 or AVX-512), "
+                               f"got {e.lanes}")
+        offsets = ", ".join(str(k * e.stride) for k in range(e.lanes))
+        if e.lanes == 16:
+            idx = f"_mm512_setr_epi32({offsets})"
+            if e.count is None:
+                return f"_mm512_i32gather_ps({idx}, {addr}, 4)"
+            return f"_mm512_mask_i32gather_ps(_mm512_setzero_ps(), tl_mask16({self.expr(e.count)}), {idx}, {addr}, 4)"
+        idx = f"_mm256_setr_epi32({offsets})"
+        if e.count is None:
+            return f"_mm256_i32gather_ps({addr}, {idx}, 4)"
+        return (f"_mm256_mask_i32gather_ps(_mm256_setzero_ps(), {addr}, {idx}, "
+                f"_mm256_castsi256_ps(tl_mask8({self.expr(e.count)})), 4)")
 
     def vector_store(self, s: S.VectorStore) -> str:
         t = s.value.type

@@ -4,7 +4,12 @@ inference is one native call with no Python between operators.
     void taskloom_graph(void* const* w, void* const* in, void* const* out, char* arena)
 
 ``w`` holds the constants, ``in`` the inputs and ``out`` the outputs (pointer tables the
-runtime fills), ``arena`` the intermediates at their planned offsets.
+runtime fills), ``arena`` the intermediates at their planned offsets. A twin,
+
+    void taskloom_graph_profile(void* const* w, void* const* in, void* const* out, char* arena, double* ms)
+
+runs the same calls and writes each kernel's wall time in milliseconds to ``ms[k]``: what
+``CompiledGraph.profile`` and ``taskloom bench model --profile`` report.
 """
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 ENTRY = "taskloom_graph"
+PROFILE_ENTRY = "taskloom_graph_profile"
 
 
 @dataclass(frozen=True)
@@ -34,11 +40,18 @@ class Call:
 
 
 def launcher_source(calls: Sequence[Call]) -> str:
+    """The C of the launcher and of its profiling twin for ``calls``, in order."""
     lines = ["", f"void {ENTRY}(void* const* w, void* const* in, void* const* out, char* arena) {{"]
     for c in calls:
         if c.note:
             lines.append(f"  // {c.note}")
         lines.append(f"  {c.symbol}({', '.join(_arg(r) for r in c.args)});")
+    lines += ["}", "",
+              f"void {PROFILE_ENTRY}(void* const* w, void* const* in, void* const* out, char* arena, double* ms) {{",
+              "  double t = omp_get_wtime(), now;"]
+    for k, c in enumerate(calls):
+        lines.append(f"  {c.symbol}({', '.join(_arg(r) for r in c.args)});")
+        lines.append(f"  now = omp_get_wtime(); ms[{k}] = (now - t) * 1e3; t = now;")
     lines.append("}")
     return "\n".join(lines) + "\n"
 

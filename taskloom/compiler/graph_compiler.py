@@ -30,20 +30,26 @@ def _nbytes(t: Tensor) -> int:
 def compile_graph(graph: Graph, target: CpuTarget | str | None = None, *, tune: int = 0, fuse: bool = True,
                   optimize: bool = True, verbose: bool = False) -> CompiledGraph:
     """Compiles ``graph`` for ``target`` (default: this machine) into one native function:
-    graph passes (``optimize``), fusion (``fuse``), scheduling, memory planning, one build."""
+    graph passes (``optimize``), fusion (``fuse``), scheduling, memory planning, one build.
+    The seconds each phase took are in ``meta["timings"]`` (passes, fusion, schedule with any
+    tuning, codegen, cc)."""
     started = time.perf_counter()
     if tune not in (0, 1, 2):
         raise TaskloomError(f"compile(): tune={tune!r} is not a tuning level; use 0 (defaults), 1 (a small "
                             "search) or 2 (the whole schedule space)")
+    timings: dict[str, float] = {}  # seconds per phase, in meta["timings"]
     if optimize:
         from taskloom.graph.passes import optimize as run_passes
         graph = run_passes(graph)
+    timings["passes"] = time.perf_counter() - started
     tgt = get_target(target) if not isinstance(target, CpuTarget) else target
     for t in graph.inputs:
         if not all(isinstance(d, int) for d in t.shape):
             raise GraphError(f"graph input '{t.name}' has a symbolic shape {t.shape}; compiled graphs are "
                              "specialized to the shapes they were traced with")
+    phase = time.perf_counter()
     groups = fuse_graph(graph) if fuse else [FusedGroup.single(n) for n in graph.nodes]
+    timings["fusion"] = time.perf_counter() - phase
 
     refs: dict[int, Ref] = {id(t): Ref("in", k) for k, t in enumerate(graph.inputs)}
     refs.update({id(c): Ref("w", k) for k, c in enumerate(graph.constants)})
@@ -73,6 +79,7 @@ def compile_graph(graph: Graph, target: CpuTarget | str | None = None, *, tune: 
     for key, offset in plan.offsets.items():
         refs[key] = Ref("arena", offset)
 
+    phase = time.perf_counter()
     functions, calls, kernels = [], [], []
     for g, group in enumerate(groups):
         fn = schedule(group.task, tgt, name=f"k{g}_{group.name}", tune=tune)
@@ -84,11 +91,12 @@ def compile_graph(graph: Graph, target: CpuTarget | str | None = None, *, tune: 
         kernels.append({"name": fn.name, "ops": group.ops, "category": group.category,
                         "schedule": f"{fn.attr('template')}: {fn.attr('config')}" if fn.attr("template")
                         else "rule-based"})
-    lib = build_library(functions, tgt, name="graph", extra_source=launcher_source(calls))
+    timings["schedule"] = time.perf_counter() - phase
+    lib = build_library(functions, tgt, name="graph", extra_source=launcher_source(calls), timings=timings)
     meta = {"inputs": [{"name": t.name, "dtype": t.dtype.name, "shape": [int(d) for d in t.shape]}
                        for t in graph.inputs],
             "outputs": outputs_meta, "arena_bytes": plan.arena_bytes, "memory": plan.describe(),
-            "kernels": kernels, "target": tgt.to_dict(), "source": str(lib.source_path)}
+            "kernels": kernels, "target": tgt.to_dict(), "source": str(lib.source_path), "timings": timings}
     compiled = CompiledGraph(lib.lib_path, meta, [np.ascontiguousarray(c.numpy()) for c in graph.constants])
     if verbose:
         print(f"compiled {len(graph.nodes)} operators into {len(groups)} kernels in "

@@ -92,7 +92,7 @@ def from_onnx(path_or_model: Any, input_shapes: InputShapes = None, *,
     inputs (also as ``error.constant_inputs``). The compiled model is called with the
     remaining inputs (initializers excluded) in order."""
     import taskloom
-    return taskloom.compile(onnx_to_graph(path_or_model, input_shapes, constants=constants), target,
+    return taskloom.compile(onnx_to_graph(path_or_model, input_shapes, constants=constants), target=target,
                             verbose=verbose)
 
 

@@ -36,8 +36,8 @@ from taskloom.frontend.torch_aten import REGISTRY, register
 from taskloom.frontend.torch_convert import Conversion, convert
 from taskloom.frontend.torch_lower import lower_to_aten
 
-__all__ = ["Backend", "CompiledFunction", "FallbackWarning", "Options", "REGISTRY", "compile", "register",
-           "taskloom_backend"]
+__all__ = ["Backend", "CompiledFunction", "FallbackWarning", "Options", "REGISTRY", "compile", "compile_module",
+           "register", "taskloom_backend"]
 
 
 class FallbackWarning(UserWarning):
@@ -205,7 +205,7 @@ class CompiledFunction:
         conversion = convert(aten_gm, args, self._is_input, self._names)
         compiled = None
         if conversion.graph is not None:
-            compiled = compile_graph(conversion.graph, self.options.target, tune=self.options.tune)
+            compiled = compile_graph(conversion.graph, target=self.options.target, tune=self.options.tune)
         self.aten_graph, self.graph, self.compiled_graph = aten_gm, conversion.graph, compiled
         return _Program(conversion, compiled, self._state(args))
 
@@ -253,6 +253,31 @@ def taskloom_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     ``fallback`` (see :class:`Options`)."""
     opts = Options.parse(options, mode)
     return Backend(target=opts.target, tune=opts.tune, fallback=opts.fallback)(gm, example_inputs)
+
+
+def compile_module(model: Any, example_inputs: tuple[Any, ...], *, target: Any = None, tune: int = 0) -> Any:
+    """``model`` traced on ``example_inputs`` into one :class:`~taskloom.runtime.CompiledGraph`
+    (what ``taskloom.compile(model, example_inputs)`` returns): savable, called with the
+    same inputs in order. The model must capture as one graph whose outputs it computes;
+    for anything else (graph breaks, outputs that are inputs), use :func:`compile`."""
+    backend = Backend(target=target, tune=tune)
+    try:
+        traced = torch.compile(model, backend=backend, dynamic=False, fullgraph=True)
+        with torch.inference_mode():
+            traced(*example_inputs)
+    except torch._dynamo.exc.Unsupported as e:
+        raise FrontendError(f"compile(): the model does not trace as one graph ({e}); "
+                            "use taskloom.torch.compile(model) for models with graph breaks") from None
+    (fn,) = backend.compiled
+    compiled = fn.compiled_graph
+    program = next(iter(fn._programs.values()))
+    conv = program.conversion
+    shapes = [tuple(x.shape) for x in example_inputs if isinstance(x, torch.Tensor)]
+    if (compiled is None or any(kind != "graph" for kind, _ in conv.leaves)
+            or [tuple(i["shape"]) for i in compiled.inputs] != shapes):
+        raise FrontendError("compile(): the model's outputs are not all computed from its tensor inputs in "
+                            "order; use taskloom.torch.compile(model), which handles any output structure")
+    return compiled
 
 
 def compile(model: Any, *, target: Any = None, tune: int = 0, fallback: bool = False,  # noqa: A001

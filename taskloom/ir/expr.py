@@ -247,7 +247,8 @@ class TensorElement(Expr):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class VectorLoad(Expr):
-    """``lanes`` consecutive elements starting at ``A[i, j]`` along the last axis.
+    """``lanes`` consecutive elements starting at ``A[i, j]`` along the last axis, or with
+    ``stride`` > 1 every ``stride``-th one (a gather: pooling and convolutions with strides).
 
     With ``count`` only the first ``count`` lanes are read and the rest are zero, so a
     loop tail never reads past the end of a row.
@@ -257,6 +258,7 @@ class VectorLoad(Expr):
     indices: tuple[Expr, ...]
     lanes: int
     count: Expr | None = None
+    stride: int = 1
 
     def __post_init__(self) -> None:
         _check_indices("vector load", self.tensor, self.indices)
@@ -264,6 +266,8 @@ class VectorLoad(Expr):
         if not isinstance(et, DataType):
             raise IRError(f"vector load from {_name(self.tensor)} whose elements are {et!r}")
         _check_count("vector load", self.count)
+        if not isinstance(self.stride, int) or self.stride < 1:
+            raise IRError(f"vector load from {_name(self.tensor)}: stride must be a positive int, got {self.stride!r}")
         object.__setattr__(self, "type", dtypes.vec(et, self.lanes))
 
 
@@ -443,11 +447,12 @@ def broadcast(value: ExprLike, lanes: int) -> Expr:
     return Broadcast(as_expr(value), lanes)
 
 
-def vload(element: TensorElement, lanes: int, count: ExprLike | None = None) -> VectorLoad:
-    """The vector of ``lanes`` elements starting at ``element`` (``A[i, j]``)."""
+def vload(element: TensorElement, lanes: int, count: ExprLike | None = None, stride: int = 1) -> VectorLoad:
+    """The vector of ``lanes`` elements starting at ``element`` (``A[i, j]``), every
+    ``stride``-th along the last axis."""
     if not isinstance(element, TensorElement):
         raise IRError(f"vload() takes an element access like A[i, j], got {element!r}")
-    return VectorLoad(element.tensor, element.indices, lanes, None if count is None else as_expr(count))
+    return VectorLoad(element.tensor, element.indices, lanes, None if count is None else as_expr(count), stride)
 
 
 def call(func: str, *args: ExprLike) -> Call:

@@ -79,7 +79,8 @@ def _expr(e: E.Expr) -> tuple[str, int]:
     if isinstance(e, E.VectorLoad):
         el = f"{_paren(e.tensor, _ATOM)}[{', '.join(expr_text(i) for i in e.indices)}]"
         count = "" if e.count is None else f", {expr_text(e.count)}"
-        return f"vload({el}, {e.lanes}{count})", _ATOM
+        stride = "" if e.stride == 1 else f", stride={e.stride}"
+        return f"vload({el}, {e.lanes}{count}{stride})", _ATOM
     if isinstance(e, E.Broadcast):
         return f"broadcast({expr_text(e.value)}, {e.lanes})", _ATOM
     if isinstance(e, E.Call):

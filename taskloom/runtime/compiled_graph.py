@@ -6,6 +6,7 @@ shared library.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import io
@@ -15,7 +16,7 @@ import struct
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -25,6 +26,7 @@ from taskloom.runtime.dlpack import array_view
 
 MAGIC = b"TASKLOOM-MODEL\x00\x01"
 ENTRY = "taskloom_graph"
+PROFILE_ENTRY = "taskloom_graph_profile"
 
 
 def _np_dtype(name: str) -> np.dtype:
@@ -49,6 +51,7 @@ class CompiledGraph:
         self._w = (ctypes.c_void_p * max(len(self.constants), 1))(*[c.ctypes.data for c in self.constants])
         self._arena = np.empty(max(int(meta["arena_bytes"]), 1) + 64, np.uint8)
         self._arena_ptr = (self._arena.ctypes.data + 63) // 64 * 64
+        self._profile: list[np.ndarray] | None = None  # per-call kernel times while profiling
         self._lock = threading.Lock()  # one arena: calls on one CompiledGraph run one at a time
         self.inputs = meta["inputs"]
         self.outputs = meta["outputs"]
@@ -65,10 +68,64 @@ class CompiledGraph:
         self._lib.taskloom_set_num_threads(ctypes.c_int(n))
 
     def __call__(self, *args: Any) -> Any:
+        outs, ins, outp = self._prepare(args)
+        with self._lock:
+            if self._profile is None:
+                self._entry(self._w, ins, outp, ctypes.c_void_p(self._arena_ptr))
+            else:
+                ms = np.zeros(max(len(self.meta["kernels"]), 1), np.float64)
+                self._profile_entry()(self._w, ins, outp, ctypes.c_void_p(self._arena_ptr),
+                                      ctypes.c_void_p(ms.ctypes.data))
+                self._profile.append(ms)
+        return self._finish(args, outs)
+
+    @contextlib.contextmanager
+    def profiling(self) -> Iterator[list[dict[str, Any]]]:
+        """While inside, every call times each kernel in the native launcher (no Python in the
+        numbers); on leaving, the yielded list is filled with one entry per kernel in launch
+        order, ``{"name", "ops", "schedule", "median_ms", "calls"}``, the median over the calls.
+
+            with compiled.profiling() as kernels:
+                for _ in range(30):
+                    compiled(x)
+            slowest = max(kernels, key=lambda k: k["median_ms"])
+        """
+        self._profile_entry()  # fail before the calls, not after
+        self._profile, result = [], []
+        try:
+            yield result
+        finally:
+            runs, self._profile = self._profile, None
+            medians = np.median(np.stack(runs), axis=0) if runs else np.zeros(len(self.meta["kernels"]))
+            result.extend({"name": k["name"], "ops": k["ops"], "schedule": k.get("schedule", ""),
+                           "median_ms": float(m), "calls": len(runs)}
+                          for k, m in zip(self.meta["kernels"], medians))
+
+    def profile(self, *args: Any, repeats: int = 30, warmup: int = 3) -> list[dict[str, Any]]:
+        """Each kernel's median time over ``repeats`` calls on ``args`` after ``warmup``
+        (see :meth:`profiling`)."""
+        if repeats < 1 or warmup < 0:
+            raise ArgumentError(f"profile(): repeats ({repeats}) must be at least 1 and warmup ({warmup}) at least 0")
+        for _ in range(warmup):
+            self(*args)
+        with self.profiling() as kernels:
+            for _ in range(repeats):
+                self(*args)
+        return kernels
+
+    def _profile_entry(self) -> Any:
+        try:
+            fn = getattr(self._lib, PROFILE_ENTRY)
+        except AttributeError:
+            raise LoadError(f"{self.lib_path} has no profiling entry; compile the model again to profile it") from None
+        fn.argtypes, fn.restype = [ctypes.c_void_p] * 5, None
+        return fn
+
+    def _prepare(self, args: Sequence[Any]) -> tuple[list[np.ndarray], Any, Any]:
+        """Checks ``args`` and returns the fresh outputs and the input and output pointer tables."""
         if len(args) != len(self.inputs):
             names = ", ".join(i["name"] for i in self.inputs)
             raise ArgumentError(f"the compiled graph takes {len(self.inputs)} input(s) ({names}), got {len(args)}")
-        as_torch = any(type(a).__module__.startswith("torch") for a in args)
         keep, ptrs = [], []
         for spec, a in zip(self.inputs, args):
             keep.append(a)
@@ -76,8 +133,12 @@ class CompiledGraph:
         outs = [aligned_empty(o["shape"], _np_dtype(o["dtype"])) for o in self.outputs]
         ins = (ctypes.c_void_p * max(len(ptrs), 1))(*ptrs)
         outp = (ctypes.c_void_p * max(len(outs), 1))(*[o.ctypes.data for o in outs])
-        with self._lock:
-            self._entry(self._w, ins, outp, ctypes.c_void_p(self._arena_ptr))
+        self._keep = keep  # the inputs' keep-alives live until the next call
+        return outs, ins, outp
+
+    def _finish(self, args: Sequence[Any], outs: list[np.ndarray]) -> Any:
+        """Fills the outputs that copy an input, a constant or another output; torch in, torch out."""
+        as_torch = any(type(a).__module__.startswith("torch") for a in args)
         for o, spec in zip(outs, self.outputs):
             if spec.get("copy_of") is not None:  # an output that is an input, a constant or another output
                 kind, k = spec["copy_of"]

@@ -5,8 +5,8 @@ Along the innermost output axis ``x`` such a condition holds on one contiguous r
 every value of the reduction axes (``kx``). Inside that range the select is just its first
 branch, and the row vectorizes; only the few edge positions keep the checks.
 
-Only conditions that are affine in ``x`` with coefficient +-1 are used; anything else
-leaves the row as it is.
+Only conditions that are affine in ``x`` (``s * x + ...``: strided reads have ``s`` > 1) are
+used; anything else leaves the row as it is.
 """
 from __future__ import annotations
 
@@ -50,15 +50,18 @@ def _bound(atom: E.Expr, j: E.Var, ranges: Ranges) -> tuple[str, E.Expr] | None:
     need = 1 if atom.op == "lt" else 0               # atom is  b - a >= need
     form = linear_form(simplify_expr(atom.b - atom.a))
     coef = form.terms.pop(j, 0)
-    if coef not in (1, -1):
+    if not isinstance(coef, int) or coef == 0:
         return None
     ext = _extremes(form, ranges)
     if ext is None:
         return None
     least = ext[0]                                   # the condition must hold for the worst case
-    if coef == 1:                                    # j + rest >= need  <=>  j >= need - rest
-        return "lo", simplify_expr(need - least)
-    return "hi", simplify_expr(least - need + 1)     # rest - j >= need  <=>  j <= rest - need
+    k = abs(coef)
+    if coef > 0:                                     # k*j + rest >= need  <=>  j >= ceil((need - rest) / k)
+        return "lo", simplify_expr(need - least if k == 1 else E.cdiv(need - least, k))
+    # rest - k*j >= need  <=>  j < floor((rest - need) / k) + 1 = floor((rest - need + k) / k); the
+    # division truncates, which differs from floor only below zero, where the caller clamps to 0
+    return "hi", simplify_expr(least - need + 1 if k == 1 else (least - need + k) // k)
 
 
 class _Replace(Rewriter):

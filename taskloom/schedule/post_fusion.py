@@ -3,11 +3,15 @@ are added to the scheduled program of its anchor, not to its definition.
 
 A template is written against abstract operands -- for a contraction ``A[b, m, k]``,
 ``B[b, k, n]`` and the result ``C[b, m, n]`` -- and promises only this: it reads ``A``
-and ``B`` by element and writes ``C`` by (vector) stores. :func:`fuse_contraction` then
+and ``B`` by element or copies a vector of them into a buffer of its own (packing,
+``P[..] = vload(B[b, k, n], L, count)``), and writes ``C`` by (vector) stores.
+:func:`fuse_contraction` then
 
 - replaces every read ``A[b, m, k]`` by the prologue: the expression the group computes
   for that element from its true inputs (a transpose reads ``x[k, m]``, img2col reads the
   input window, and with no prologue it is the input itself);
+- replaces every packing copy by the prologue vectorized along the copied axis (one masked
+  load when the operand is an input read in order), lane by lane otherwise;
 - replaces every store ``C[b, m, n:n+L] = v`` by the epilogue evaluated on ``v``, vectorized
   along ``n`` when the epilogue allows (bias, activations, residual adds), lane by lane
   otherwise, written to the group's true output at the element's offset.
@@ -94,9 +98,39 @@ class _Fuse(Rewriter):
 
     def visit_VectorLoad(self, e: E.VectorLoad) -> E.Expr:
         if e.tensor in (self.A, self.B, self.C):
-            raise ScheduleError(f"post-scheduling fusion: the template loads a vector of {e.tensor.name}; "
-                                "operands must be read by element so a prologue can replace the reads")
+            raise ScheduleError(f"post-scheduling fusion: the template loads a vector of {e.tensor.name} into an "
+                                "expression; operands are read by element, or copied whole into a buffer "
+                                "(P[..] = vload(B[..], L, count))")
         return self.generic_visit(e)
+
+    def _pack(self, s: S.VectorStore, load: E.VectorLoad) -> S.Stmt:
+        """``P[..] = vload(A|B[..], L, count)``: the prologue for those lanes, zero past ``count``."""
+        c = self.con
+        if load.stride != 1 or s.count is not None:
+            raise ScheduleError("post-scheduling fusion: a packing copy must be a full contiguous vector")
+        b, row, start = (self.visit(i) for i in load.indices)
+        if load.tensor is self.B:  # lanes run along n
+            expr, along, extent = substitute(self.b, {c.vb: b, c.vk: row}), c.vn, c.N
+        else:  # lanes run along k
+            expr, along, extent = substitute(self.a, {c.vb: b, c.vm: row}), c.vk, c.K
+        count = self.visit(load.count) if load.count is not None else None
+        lanes = load.lanes
+        idx = tuple(self.visit(i) for i in s.indices)
+        vector = vectorize_expr(expr, along, start, lanes, count)
+        if vector is not None:
+            if count is None or isinstance(vector, E.VectorLoad):  # a masked load already zeroes the rest
+                return S.VectorStore(s.tensor, idx, vector)
+            return S.seq([S.VectorStore(s.tensor, idx, E.Broadcast(E.const(0.0, vector.type.base), lanes)),
+                          S.VectorStore(s.tensor, idx, vector, count)])
+        lane = E.Var("lane", index_type)
+        # lanes past the operand's edge read its last element (never used: they are zeroed)
+        scalar = substitute(expr, {along: E.minimum(start + lane, extent - 1)})
+        if count is not None:
+            scalar = E.Select(E.binary("lt", lane, count), scalar, E.const(0.0, scalar.type))
+        return S.seq([S.Comment("the prologue element by element: it does not vectorize along the copy"),
+                      S.For(lane, E.as_expr(lanes),
+                            S.BufferStore(s.tensor, (*idx[:-1], simplify_expr(idx[-1] + lane)), scalar),
+                            "vectorize")])
 
     def visit_BufferStore(self, s: S.BufferStore) -> S.Stmt:
         if s.tensor is not self.C:
@@ -107,6 +141,8 @@ class _Fuse(Rewriter):
         return S.BufferStore(self.out, (self._offset(b, m, n),), value)
 
     def visit_VectorStore(self, s: S.VectorStore) -> S.Stmt:
+        if isinstance(s.value, E.VectorLoad) and s.value.tensor in (self.A, self.B) and s.tensor is not self.C:
+            return self._pack(s, s.value)
         if s.tensor is not self.C:
             return self.generic_visit(s)
         c = self.con

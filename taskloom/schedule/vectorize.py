@@ -4,15 +4,18 @@ computes it for ``lanes`` consecutive values of ``j`` at once.
 Rules, by the shape of each subexpression:
 - does not mention ``j``: computed once as a scalar and broadcast;
 - ``X[..., base + j]`` with the rest free of ``j``: one (masked) vector load;
+- ``X[..., base + s * j]`` for a small constant stride ``s`` (pooling, strided convolutions):
+  one gather, on targets with 8 or 16 float lanes (AVX2, AVX-512);
 - arithmetic, comparisons, select and vector-capable primitives of vector operands: the
   same operation on vectors.
-Anything else (a gather along ``j``, ``j`` used as a value, a non-float32 element) makes
+Anything else (any other gather along ``j``, ``j`` used as a value, a non-float32 element) makes
 the whole expression non-vectorizable, and the caller falls back to a scalar loop.
 """
 from __future__ import annotations
 
 from taskloom.ir import expr as E
 from taskloom.ir.dtypes import float32
+from taskloom.transforms.linear import linear_form
 from taskloom.transforms.simplify import simplify_expr
 
 #: Primitives the C backend implements on float32 vectors.
@@ -25,10 +28,18 @@ class _NotVectorizable(Exception):
     pass
 
 
-def _contiguous_offset(index: E.Expr, j: E.Var) -> E.Expr | None:
-    """``base`` when ``index == base + j`` with ``base`` free of ``j``, else None."""
-    base = simplify_expr(E.binary("sub", index, j))
-    return None if j in E.free_vars(base) else base
+#: The largest stride read with a gather; past it a row of lanes spans too many cache lines.
+MAX_STRIDE = 4
+
+
+def _strided_offset(index: E.Expr, j: E.Var) -> tuple[E.Expr, int] | None:
+    """``(base, s)`` when ``index == base + s * j`` with ``base`` free of ``j`` and ``s`` a
+    constant in ``1..MAX_STRIDE``, else None."""
+    s = linear_form(simplify_expr(index)).terms.get(j, 1)
+    if not isinstance(s, int) or not 1 <= s <= MAX_STRIDE:
+        return None
+    base = simplify_expr(E.binary("sub", index, j * s if s != 1 else j))
+    return None if j in E.free_vars(base) else (base, s)
 
 
 class _Vectorizer:
@@ -75,11 +86,12 @@ class _Vectorizer:
         *outer, last = e.indices
         if any(self.j in E.free_vars(i) for i in outer):
             raise _NotVectorizable
-        base = _contiguous_offset(last, self.j)
-        if base is None:
-            raise _NotVectorizable  # strided or gathered along j
-        start = simplify_expr(base + self.j0)
-        return E.VectorLoad(e.tensor, (*outer, start), self.lanes, self.count)
+        found = _strided_offset(last, self.j)
+        if found is None or (found[1] != 1 and self.lanes not in (8, 16)):
+            raise _NotVectorizable  # gathered along j, or strided with no gather instruction
+        base, stride = found
+        start = simplify_expr(base + self.j0 * stride)
+        return E.VectorLoad(e.tensor, (*outer, start), self.lanes, self.count, stride)
 
 
 def vectorize_expr(e: E.Expr, j: E.Var, j0: E.Expr, lanes: int, count: E.Expr | None = None,

@@ -37,7 +37,7 @@ class _Flattener(Rewriter):
 
     def visit_VectorLoad(self, e: E.VectorLoad) -> E.Expr:
         tensor, idx = self._flat(e.tensor, e.indices)
-        return E.VectorLoad(tensor, idx, e.lanes, self.visit(e.count) if e.count is not None else None)
+        return E.VectorLoad(tensor, idx, e.lanes, self.visit(e.count) if e.count is not None else None, e.stride)
 
     def visit_BufferStore(self, s: S.BufferStore) -> S.Stmt:
         tensor, idx = self._flat(s.tensor, s.indices)

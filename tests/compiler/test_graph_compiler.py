@@ -124,3 +124,27 @@ def test_outputs_that_alias_inputs_or_each_other_are_copies():
     np.testing.assert_array_equal(b, xv)
     np.testing.assert_array_equal(c, a)
     assert b is not xv
+
+
+def test_profile_times_every_kernel_and_keeps_the_numbers(cnn):
+    w, compiled = cnn
+    x = arr(2, 3, 9, 9)
+    with compiled.profiling() as kernels:
+        assert kernels == []  # filled on leaving
+        for _ in range(4):
+            np.testing.assert_allclose(compiled(x), torch_cnn(w, x), rtol=1e-4, atol=1e-5)
+    names = [k["name"] for k in compiled.meta["kernels"]]
+    assert [k["name"] for k in kernels] == names
+    assert all(k["calls"] == 4 and k["median_ms"] >= 0 for k in kernels)
+    assert compiled._profile is None  # calls after the block are not timed
+    again = compiled.profile(x, repeats=3, warmup=0)
+    assert [k["calls"] for k in again] == [3] * len(names)
+    with pytest.raises(ArgumentError, match="repeats"):
+        compiled.profile(x, repeats=0)
+
+
+def test_compile_reports_the_time_of_each_phase(cnn):
+    _, compiled = cnn
+    timings = compiled.meta["timings"]
+    assert set(timings) == {"passes", "fusion", "schedule", "codegen", "cc"}
+    assert all(t >= 0 for t in timings.values())

@@ -11,6 +11,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -385,3 +386,19 @@ def test_converters_match_torch(fn, make_args):
     for k, (g, w) in enumerate(zip(got_leaves, want_leaves)):
         assert g.dtype == w.dtype and g.shape == w.shape, (k, g.dtype, w.dtype, g.shape, w.shape)
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4, equal_nan=True, msg=lambda m: f"output {k}: {m}")
+
+
+def test_taskloom_compile_takes_a_module_and_example_inputs(tmp_path):
+    import taskloom
+    from taskloom.errors import ArgumentError
+    model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.ReLU(), torch.nn.Linear(5, 3)).eval()
+    x = torch.randn(4, 6)
+    compiled = taskloom.compile(model, (x,))
+    torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
+    compiled.save(tmp_path / "m.tlm")
+    np.testing.assert_allclose(taskloom.load(tmp_path / "m.tlm")(x.numpy()), model(x).detach().numpy(),
+                               rtol=1e-4, atol=1e-5)
+    with pytest.raises(ArgumentError, match="example_inputs"):
+        taskloom.compile(model)
+    with pytest.raises(ArgumentError, match="already compiled"):
+        taskloom.compile(compiled)

@@ -163,3 +163,20 @@ def test_matrix_vector_products_stay_rule_based():
     (g,) = groups(Graph([x], [ops.matmul(x, const(arr(100)))]))
     fn = schedule(g.task, host_target())
     assert fn.attr("template") is None
+
+
+def test_packing_copies_take_the_prologue_vectorized_or_lane_by_lane():
+    """B's panels are packed by vector copies: an input read in order stays one masked load; a
+    scaled input vectorizes with its tail zeroed; the img2col window goes lane by lane."""
+    a, b = arr(37, 29), arr(29, 53)
+    x, y = input((37, 29), name="x"), input((29, 53), name="w")
+    plain = open(check(Graph([x, y], [ops.matmul(x, y)]), [a, b], a @ b).meta["source"]).read()
+    assert "_maskz_loadu_ps" in plain or "_maskload_ps" in plain
+    assert "the prologue element by element" not in plain
+    scaled = check(Graph([x, y], [ops.matmul(x, ops.add(y, const(np.float32(1.0))))]), [a, b], a @ (b + 1))
+    assert "the prologue element by element" not in open(scaled.meta["source"]).read()
+    X, W = arr(1, 4, 9, 9), arr(6, 4, 3, 3, scale=0.3)
+    img = input((1, 4, 9, 9), name="img")
+    ref = F.conv2d(torch.from_numpy(X), torch.from_numpy(W), padding=1).numpy()
+    conv = check(Graph([img], [ops.conv2d(img, const(W), padding=1)]), [X], ref)
+    assert "the prologue element by element" in open(conv.meta["source"]).read()

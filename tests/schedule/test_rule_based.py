@@ -178,3 +178,27 @@ def test_padded_windows_vectorize_the_interior_and_check_only_the_edges(pad, k):
         xp = np.pad(x, ((0, 0), (pad, pad)))
         ref = np.stack([np.correlate(row, w, "valid") for row in xp])
         np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("spec", TARGETS)
+@pytest.mark.parametrize("stride,pad,k", [(2, 1, 3), (2, 0, 2), (3, 2, 5), (4, 1, 3), (5, 1, 3)])
+def test_strided_windows_gather_and_check_only_the_edges(spec, stride, pad, k):
+    """A 1-d padded max pool with a stride: out[x] = max_t select(inside, X[s*x + t - pad], -inf).
+    Strides up to MAX_STRIDE read one gather per vector; larger ones stay scalar."""
+    L = var("L")
+    X = tensor_input("X", f32, [R, L])
+    i = lambda x, t: stride * x + t - pad  # noqa: E731
+    out = compute("pool1d", [R, (L + 2 * pad - k) // stride + 1], lambda r, x: reduce(
+        [k], lambda t: select(logical_and(0 <= i(x, t), i(x, t) < L), X[r, i(x, t)], float("-inf")), "max"))
+    kernel, low = build(Task("pool1d", [X], [out]), spec)
+    gathers = [v for v in collect(low, VectorLoad) if v.stride == stride]
+    assert bool(gathers) == (stride <= 4)
+    assert ("bounds checks only at the edges of the row" in str(low)) == (stride <= 4)
+    for length in (k, k + 1, 7, 40, 101):
+        x = rng.standard_normal((2, length), dtype=np.float32)
+        n = (length + 2 * pad - k) // stride + 1
+        y = np.empty((2, n), np.float32)
+        kernel(x, y)
+        xp = np.pad(x, ((0, 0), (pad, pad)), constant_values=-np.inf)
+        ref = np.stack([[row[stride * j:stride * j + k].max() for j in range(n)] for row in xp])
+        np.testing.assert_array_equal(y, ref)

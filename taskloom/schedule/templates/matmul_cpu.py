@@ -116,9 +116,9 @@ def matmul_program(shape: tuple[int, int, int, int], config: MatmulConfig, targe
                             "pack B's KC x NC block into NR-wide panels; columns past N are zeros"
                             for jr in range(cdiv(nn, NR)):
                                 for k in range(kn):
-                                    for j in vectorize(NR):
-                                        n = n0 + jr * NR + j
-                                        Bp[jr, k, j] = select(n < n_hi, B[b, k0 + k, min(n, N - 1)], 0.0)
+                                    for v in unroll(NV):
+                                        n = n0 + jr * NR + v * L
+                                        vstore(Bp[jr, k, v * L], vload(B[b, k0 + k, n], L, max(min(n_hi - n, L), 0)))
                             for mb in range(cdiv(m_hi - m_lo, MC)):
                                 m0 = m_lo + mb * MC
                                 mm = min(MC, m_hi - m0)

@@ -15,7 +15,7 @@ with the target's cores, numpy with its BLAS's own thread count (``OPENBLAS_NUM_
 A peer that is not installed gets the error ``"not installed"``; a system that fails gets
 its exception in ``error`` and the others still run. All systems see the same float32
 inputs (seed 0); each one is warmed up, then timed ``--repeats`` times in its own block (one
-system after another; see :mod:`taskloom._timing`), and its output is compared with a
+system after another; see :mod:`taskloom.bench.timing`), and its output is compared with a
 float64 numpy reference (``max_abs_diff``).
 
 ``--json FILE`` writes::
@@ -51,7 +51,7 @@ from typing import Any, Callable
 import numpy as np
 
 import taskloom
-from taskloom._timing import machine, median_ms, versions
+from taskloom.bench.timing import machine, median_ms, versions
 from taskloom.errors import TaskloomError
 from taskloom.graph import Graph, input as graph_input
 from taskloom.target import CpuTarget, get_target
@@ -187,7 +187,7 @@ def _taskloom_call(problem: Problem, target: CpuTarget, tune: int, info: dict[st
     """The compiled graph called on the problem's inputs; the compile time goes to ``info``."""
     graph = problem.trace()
     started = time.perf_counter()
-    compiled = taskloom.compile(graph, target, tune=tune)
+    compiled = taskloom.compile(graph, target=target, tune=tune)
     info["compile_s"] = time.perf_counter() - started
     args = [problem.arrays[k] for k in problem.inputs]
     return lambda: compiled(*args)
@@ -270,7 +270,7 @@ def _join(values: Any) -> str:
     return ",".join(str(v) for v in values)
 
 
-def _cell(value: float | None, spec: str, width: int) -> str:
+def cell(value: float | None, spec: str, width: int) -> str:
     return ("-" if value is None else format(value, spec)).rjust(width)
 
 
@@ -283,8 +283,8 @@ def format_result(op: str, result: dict[str, Any], repeats: int, cores: int) -> 
     base = result["rows"][0]["gflops"]
     for r in result["rows"]:
         ratio = r["gflops"] / base if r["gflops"] and base else None
-        cells = [_cell(r["median_ms"], ".4f", 11), _cell(r["gflops"], ".2f", 9),
-                 _cell(ratio, ".2f", 10) + ("x" if ratio is not None else " "), _cell(r["max_abs_diff"], ".2e", 12)]
+        cells = [cell(r["median_ms"], ".4f", 11), cell(r["gflops"], ".2f", 9),
+                 cell(ratio, ".2f", 10) + ("x" if ratio is not None else " "), cell(r["max_abs_diff"], ".2e", 12)]
         lines.append(f"  {r['system']:10s} {' '.join(cells)}  {r['error'] or ''}".rstrip())
     t = result["taskloom"]
     compile_s = "failed" if t["compile_s"] is None else f"{t['compile_s']:.2f} s"
@@ -295,13 +295,19 @@ def format_result(op: str, result: dict[str, Any], repeats: int, cores: int) -> 
 # -- the command --------------------------------------------------------------------------
 
 
+def target_argument(parser: argparse.ArgumentParser, spec: str | None) -> CpuTarget:
+    """The target ``--target`` names (None: this machine), or a usage error from ``parser``."""
+    try:
+        return get_target(spec)
+    except TaskloomError as exc:
+        parser.error(f"argument --target: {exc}")
+        raise  # parser.error exits
+
+
 def run(args: argparse.Namespace) -> int:
     """``taskloom bench op OP``: measure every ``--shape``, print tables, write ``--json``."""
     parser: argparse.ArgumentParser = args.op_parser
-    try:
-        target = get_target(args.target)
-    except TaskloomError as exc:
-        parser.error(f"argument --target: {exc}")
+    target = target_argument(parser, args.target)
     problems = [PROBLEMS[args.op](shape, args) for shape in args.shape]
     for p in problems:
         if (why := p.check()) is not None:
@@ -328,7 +334,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _positive(text: str) -> int:
+def positive_int(text: str) -> int:
     return _int_at_least(text, 1, "a positive integer")
 
 
@@ -363,7 +369,7 @@ def _shape_type(form: str) -> Callable[[str], tuple[int, ...]]:
     return shape
 
 
-def _compare_type(op: str, peers: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
+def compare_type(op: str, peers: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
     """The ``--compare`` parser: names among ``peers``, in order, without repeats; ``taskloom``
     (always measured) is dropped and ``none`` is the empty list."""
     def compare(text: str) -> tuple[str, ...]:
@@ -378,7 +384,7 @@ def _compare_type(op: str, peers: tuple[str, ...]) -> Callable[[str], tuple[str,
     return compare
 
 
-class _KeepArgs(argparse._SubParsersAction):
+class KeepArgs(argparse._SubParsersAction):
     """Subcommands that keep the words typed after ``taskloom bench op``, for the JSON record."""
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
@@ -391,28 +397,28 @@ def add_op_command(kinds: argparse._SubParsersAction) -> None:
     """Register ``op matmul`` and ``op conv2d`` under ``taskloom bench``."""
     op = kinds.add_parser("op", help="time one operator: taskloom against numpy, torch and ONNX Runtime",
                           description=__doc__.split("\n\n")[0].replace("``", ""))
-    ops = op.add_subparsers(dest="op", metavar="OP", required=True, action=_KeepArgs)
+    ops = op.add_subparsers(dest="op", metavar="OP", required=True, action=KeepArgs)
     for name, problem in PROBLEMS.items():
         sub = ops.add_parser(name, help=f"time {name}", formatter_class=argparse.RawDescriptionHelpFormatter,
                              description=f"Time {name}; taskloom is always measured.", epilog=_EPILOG)
         sub.add_argument("--shape", action="append", required=True, type=_shape_type(problem.form),
                          metavar=problem.form, help="the problem size; repeat to measure several in one run")
         if name == "matmul":
-            sub.add_argument("--batch", type=_positive, default=None, metavar="B",
+            sub.add_argument("--batch", type=positive_int, default=None, metavar="B",
                              help="batched 3-d operands (B, M, K) @ (B, K, N) (default: 2-d)")
         else:
-            sub.add_argument("--stride", type=_positive, default=1, metavar="S", help="both axes (default 1)")
+            sub.add_argument("--stride", type=positive_int, default=1, metavar="S", help="both axes (default 1)")
             sub.add_argument("--pad", type=_non_negative, default=0, metavar="P",
                              help="zeros on every side (default 0)")
             sub.add_argument("--groups", type=lambda t: _int_at_least(t, 0, "a non-negative integer"), default=1,
                              metavar="G", help="channel groups (default 1; 0: depthwise, as many groups as "
                                                "input channels, per shape)")
-        sub.add_argument("--compare", type=_compare_type(name, problem.peers), default=None,
+        sub.add_argument("--compare", type=compare_type(name, problem.peers), default=None,
                          metavar=",".join(problem.peers),
                          help=f"the peers to time, comma-separated, or 'none' (default: {','.join(problem.peers)})")
         sub.add_argument("--tune", type=int, choices=(0, 1, 2), default=0, metavar="LEVEL",
                          help="taskloom.compile's tuning level: 0, 1 or 2 (default 0)")
-        sub.add_argument("--repeats", type=_positive, default=30, metavar="R",
+        sub.add_argument("--repeats", type=positive_int, default=30, metavar="R",
                          help=f"timed runs per system, after {WARMUP} warm-ups (default 30)")
         sub.add_argument("--target", default=None, metavar="SPEC",
                          help="taskloom's target, e.g. 'cpu -isa=avx2' (default: this machine); "

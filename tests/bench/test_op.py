@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from taskloom import bench_op
+from taskloom.bench import op as bench_op
 from taskloom.cli import main
 
 PEERS = ",".join(["numpy", "torch"] + (["ort"] if importlib.util.find_spec("onnxruntime")

@@ -1,0 +1,328 @@
+"""``taskloom bench model``: a whole model compiled by taskloom, timed against PyTorch eager,
+``torch.compile`` (inductor), ONNX Runtime and Apache TVM in one run.
+
+    taskloom bench model NAME [--batch B] [--seq S] [--compare torch,inductor,ort,tvm]
+        [--tune 0|1|2] [--threads T] [--repeats 30] [--target SPEC] [--profile]
+        [--tvm-trials N] [--json FILE] [--plot FILE]
+
+NAME is one of resnet50, inception_v3, mobilenet_v2, bert, gpt2 (:mod:`taskloom.bench.zoo`:
+random weights, no downloads). taskloom runs the way users run it, ``torch.compile(model,
+backend=taskloom)``; each peer runs as its own documentation recommends
+(:mod:`taskloom.bench.peers`). Every system gets the same model and inputs, is checked
+against PyTorch eager (``max_abs_diff`` of the first output), warmed up, then timed
+``--repeats`` times in its own block (see :mod:`taskloom.bench.timing`). A system that fails
+is reported with its error in its row; the others still run.
+
+``--profile`` prints the time of each fused taskloom kernel and its share of the total,
+measured inside the native launcher. ``--plot FILE`` draws the latencies as a bar chart
+(needs matplotlib).
+
+``--json FILE`` writes::
+
+    {"model", "batch", "seq", "flop", "command", "args": {...},
+     "rows": [{"system", "median_ms", "gflops", "max_abs_diff", "error", "compile_s", "note"}, ...],
+     "taskloom": {"compile_s", "phases": {"frontend", "passes", "fusion", "schedule", "codegen", "cc"},
+                  "graphs", "kernels", "arena_bytes", "tune", "target"},
+     "profile": [{"name", "ops", "schedule", "median_ms", "share"}, ...] (with --profile),
+     "machine": {...}, "versions": {...}}
+
+``flop`` counts multiply-adds as two (torch's FLOP counter, convolutions and matmuls only);
+GFLOP/s is that over the median time.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from taskloom.bench.op import cell, compare_type, positive_int, target_argument
+from taskloom.bench.timing import machine, median_ms, versions
+from taskloom.bench.zoo import IMAGE_MODELS, MODELS, build
+from taskloom.errors import TaskloomError
+from taskloom.target import CpuTarget
+
+PEERS = ("torch", "inductor", "ort", "tvm")
+WARMUP = 3
+PHASES = ("frontend", "passes", "fusion", "schedule", "codegen", "cc")
+
+
+class TaskloomRun:
+    """The model compiled by taskloom through ``torch.compile``: a callable on the example
+    inputs, its compile time split into phases, and the compiled graphs it made."""
+
+    def __init__(self, model: Any, inputs: tuple[Any, ...], target: CpuTarget, tune: int, threads: int):
+        import torch
+        from taskloom.frontend.torch import Backend
+        self.backend = Backend(target=target, tune=tune)
+        compiled = torch.compile(model, backend=self.backend, dynamic=False)
+        started = time.perf_counter()
+        with torch.inference_mode():
+            compiled(*inputs)
+        self.compile_s = time.perf_counter() - started
+        self.graphs = [f.compiled_graph for f in self.backend.compiled if f.compiled_graph is not None]
+        for g in self.graphs:
+            g.set_num_threads(threads)
+        self.model, self.inputs = compiled, inputs
+
+    def __call__(self) -> np.ndarray:
+        import torch
+        with torch.inference_mode():
+            return _first_output(self.model(*self.inputs))
+
+    def phases(self) -> dict[str, float]:
+        """Seconds per compile phase, summed over the graphs dynamo captured; "frontend" is the
+        rest (dynamo's capture, lowering to ATen, conversion)."""
+        out = {p: sum(g.meta["timings"].get(p, 0.0) for g in self.graphs) for p in PHASES[1:]}
+        out["frontend"] = max(self.compile_s - sum(out.values()), 0.0)
+        return {p: out[p] for p in PHASES}
+
+    def profile(self, repeats: int) -> list[dict[str, Any]]:
+        """Each fused kernel's median time over ``repeats`` calls of the whole model, with its
+        share of the kernels' total, slowest first."""
+        import contextlib
+        with contextlib.ExitStack() as stack:
+            per_graph = [stack.enter_context(g.profiling()) for g in self.graphs]
+            for _ in range(repeats):
+                self()
+        kernels = [k for graph in per_graph for k in graph]
+        total = sum(k["median_ms"] for k in kernels) or 1.0
+        for k in kernels:
+            k["share"] = k["median_ms"] / total
+        return sorted(kernels, key=lambda k: -k["median_ms"])
+
+
+def _first_output(out: Any) -> np.ndarray:
+    while isinstance(out, (tuple, list)):
+        out = out[0]
+    if hasattr(out, "detach"):
+        out = out.detach().float().numpy()
+    return np.asarray(out, dtype=np.float32)
+
+
+def count_flop(model: Any, inputs: tuple[Any, ...]) -> int | None:
+    """Multiply-adds times two of one inference, from torch's FLOP counter (None if it fails)."""
+    try:
+        import torch
+        from torch.utils.flop_counter import FlopCounterMode
+        with torch.inference_mode(), FlopCounterMode(display=False) as counter:
+            model(*inputs)
+        return int(counter.get_total_flops())
+    except Exception:  # the counter is a convenience; the latencies do not depend on it
+        return None
+
+
+def _row(system: str) -> dict[str, Any]:
+    return {"system": system, "median_ms": None, "gflops": None, "max_abs_diff": None, "error": None,
+            "compile_s": None, "note": ""}
+
+
+def _time(row: dict[str, Any], run: Any, reference: np.ndarray, flop: int | None, repeats: int) -> None:
+    """Check ``run``'s output against the reference, then time it into ``row``."""
+    out = run()
+    if out.shape != reference.shape:
+        raise TaskloomError(f"output shape {out.shape}, expected {reference.shape}")
+    row["max_abs_diff"] = float(np.max(np.abs(out - reference))) if out.size else 0.0
+    row["median_ms"] = median_ms(run, repeats, WARMUP)
+    row["gflops"] = flop / row["median_ms"] / 1e6 if flop else None
+
+
+def bench_model(name: str, batch: int, seq: int, peers: tuple[str, ...], target: CpuTarget, tune: int,
+                threads: int, repeats: int, profile: bool = False, tvm_trials: int = 0) -> dict[str, Any]:
+    """Builds ``name``, measures taskloom and ``peers`` on it; the JSON record minus the command."""
+    import torch
+    torch.set_num_threads(threads)
+    model, inputs = build(name, batch, seq)
+    with torch.inference_mode():
+        reference = _first_output(model(*inputs))
+    flop = count_flop(model, inputs)
+    record: dict[str, Any] = {"model": name, "batch": batch, "seq": None if name in IMAGE_MODELS else seq,
+                              "flop": flop, "rows": [], "taskloom": None}
+    row = _row("taskloom")
+    try:
+        run = TaskloomRun(model, inputs, target, tune, threads)
+        row["compile_s"], row["note"] = run.compile_s, f"torch.compile(backend=taskloom), tune {tune}"
+        _time(row, run, reference, flop, repeats)
+        kernels = [k for g in run.graphs for k in g.meta["kernels"]]
+        record["taskloom"] = {"compile_s": run.compile_s, "phases": run.phases(), "graphs": len(run.graphs),
+                              "kernels": len(kernels), "arena_bytes": sum(g.arena_bytes for g in run.graphs),
+                              "tune": tune, "target": target.key()}
+        if profile:
+            record["profile"] = run.profile(repeats)
+    except Exception as exc:  # a benchmark reports a failing system and goes on with the others
+        row["error"] = f"{type(exc).__name__}: {exc}".strip()
+    record["rows"].append(row)
+    with tempfile.TemporaryDirectory(prefix="taskloom-bench-") as workdir:
+        for system in peers:
+            row = _row(system)
+            try:
+                from taskloom.bench import peers as peer_runners
+                prepared = peer_runners.prepare(system, model, inputs, threads=threads, workdir=Path(workdir),
+                                                tvm_trials=tvm_trials)
+                row["compile_s"], row["note"] = prepared.compile_s, prepared.note
+                _time(row, prepared.run, reference, flop, repeats)
+            except Exception as exc:
+                row["error"] = f"{type(exc).__name__}: {exc}".strip()
+            record["rows"].append(row)
+            torch.set_num_threads(threads)  # a peer may have changed it
+    return record
+
+
+# -- printing -----------------------------------------------------------------------------
+
+
+def format_record(record: dict[str, Any], repeats: int, threads: int) -> str:
+    """The table of one model: one line per system, then taskloom's compile phases."""
+    what = f"{record['model']} batch {record['batch']}"
+    what += f", {IMAGE_MODELS[record['model']]}x{IMAGE_MODELS[record['model']]}" if record["seq"] is None \
+        else f", sequence {record['seq']}"
+    flop = f"{record['flop'] / 1e9:.2f} GFLOP" if record["flop"] else "FLOP count unknown"
+    lines = [f"{what}: {flop}, float32, median of {repeats} runs, {threads} thread{'s' if threads > 1 else ''}",
+             f"  {'system':9s} {'median ms':>10s} {'GFLOP/s':>8s} {'taskloom speed-up':>17s} "
+             f"{'compile s':>9s} {'max abs diff':>12s}  error / how it ran"]
+    base = record["rows"][0]["median_ms"]
+    for r in record["rows"]:
+        speedup = r["median_ms"] / base if r["median_ms"] and base else None
+        cells = [cell(r["median_ms"], ".2f", 10), cell(r["gflops"], ".1f", 8),
+                 cell(speedup, ".2f", 16) + ("x" if speedup is not None else " "), cell(r["compile_s"], ".1f", 9),
+                 cell(r["max_abs_diff"], ".2e", 12)]
+        lines.append(f"  {r['system']:9s} {' '.join(cells)}  {r['error'] or r['note']}".rstrip())
+    t = record["taskloom"]
+    if t is not None:
+        phases = ", ".join(f"{p} {s:.1f}" for p, s in t["phases"].items())
+        lines.append(f"  taskloom: {t['kernels']} kernels in {t['graphs']} graph(s), arena "
+                     f"{t['arena_bytes'] / 2**20:.1f} MiB; compile {t['compile_s']:.1f} s ({phases})")
+    return "\n".join(lines)
+
+
+def format_profile(kernels: list[dict[str, Any]], top: int = 20) -> str:
+    """The slowest ``top`` kernels with their share, the rest summed, then the time by anchor op."""
+    total = sum(k["median_ms"] for k in kernels)
+    lines = [f"per-kernel profile of taskloom: {total:.2f} ms in {len(kernels)} kernels (median per kernel)",
+             f"  {'ms':>8s} {'share':>6s}  kernel: fused ops  [schedule]"]
+    for k in kernels[:top]:
+        lines.append(f"  {k['median_ms']:8.3f} {k['share']:6.1%}  {k['name']}: {' + '.join(k['ops'])}"
+                     f"  [{k['schedule']}]")
+    if len(kernels) > top:
+        rest = kernels[top:]
+        lines.append(f"  {sum(k['median_ms'] for k in rest):8.3f} {sum(k['share'] for k in rest):6.1%}  "
+                     f"... {len(rest)} more kernels")
+    by_op: dict[str, float] = {}
+    for k in kernels:  # a fused kernel counts under its heaviest op: its anchor, or its first op
+        anchor = next((op for op in k["ops"] if op in _ANCHORS), k["ops"][0] if k["ops"] else "?")
+        by_op[anchor] = by_op.get(anchor, 0.0) + k["median_ms"]
+    lines.append("  by anchor: " + ", ".join(f"{op} {ms:.2f} ms ({ms / (total or 1):.0%})"
+                                             for op, ms in sorted(by_op.items(), key=lambda i: -i[1])))
+    return "\n".join(lines)
+
+
+_ANCHORS = ("conv2d", "matmul", "batch_matmul", "linear", "softmax", "layer_norm", "max_pool2d", "avg_pool2d",
+            "adaptive_avg_pool2d", "mean", "sum", "max")
+
+
+def plot_record(record: dict[str, Any], path: Path) -> None:
+    """A bar chart of each system's median latency (failed systems marked), to ``path``."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise TaskloomError("--plot needs matplotlib (pip install 'taskloom[models]')") from exc
+    rows = record["rows"]
+    names = [r["system"] for r in rows]
+    values = [r["median_ms"] or 0.0 for r in rows]
+    fig, ax = plt.subplots(figsize=(1.4 * len(rows) + 2, 3.6))
+    bars = ax.bar(names, values, color=["#2b6cb0" if n == "taskloom" else "#a0aec0" for n in names])
+    for bar, r in zip(bars, rows):
+        label = "failed" if r["median_ms"] is None else f"{r['median_ms']:.1f}"
+        ax.annotate(label, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
+                    fontsize=9)
+    ax.set_ylabel("median latency, ms (lower is better)")
+    seq = "" if record["seq"] is None else f", seq {record['seq']}"
+    ax.set_title(f"{record['model']}, batch {record['batch']}{seq}, float32, CPU")
+    ax.spines[["top", "right"]].set_visible(False)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# -- the command --------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace) -> int:
+    """``taskloom bench model NAME``: measure, print the table (and profile), write JSON/plot."""
+    target = target_argument(args.model_parser, args.target)
+    threads = args.threads or target.num_cores
+    peers = PEERS if args.compare is None else args.compare
+    if "tvm" in peers:  # TVM reads its thread count once, when its runtime loads
+        os.environ.setdefault("TVM_NUM_THREADS", str(threads))
+    print(f"target: {args.target or 'this machine'} ({target.key()})", flush=True)
+    record = bench_model(args.name, args.batch, args.seq, peers, target, args.tune, threads, args.repeats,
+                         profile=args.profile, tvm_trials=args.tvm_trials)
+    print(format_record(record, args.repeats, threads))
+    if args.profile and "profile" in record:
+        print(format_profile(record["profile"]))
+    command = ["taskloom", "bench", "model", args.name, "--batch", str(args.batch)]
+    command += [] if args.name in IMAGE_MODELS else ["--seq", str(args.seq)]
+    command += ["--compare", ",".join(peers) or "none", "--tune", str(args.tune), "--threads", str(threads),
+                "--repeats", str(args.repeats)] + (["--target", args.target] if args.target else [])
+    command += ["--profile"] if args.profile else []
+    command += ["--tvm-trials", str(args.tvm_trials)] if args.tvm_trials else []
+    record = {**record, "command": shlex.join(command),
+              "args": {"compare": list(peers), "tune": args.tune, "threads": threads, "repeats": args.repeats,
+                       "target": args.target, "tvm_trials": args.tvm_trials},
+              "machine": machine(), "versions": {**versions(), **_peer_versions()}}
+    if args.plot is not None:
+        plot_record(record, Path(args.plot))
+        print(f"wrote {args.plot}")
+    if args.json is not None:
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record, indent=2) + "\n")
+        print(f"wrote {path}")
+    return 0 if record["rows"][0]["error"] is None else 1
+
+
+def _peer_versions() -> dict[str, str]:
+    try:
+        from taskloom.bench.peers import peer_versions
+    except ImportError:  # torch is missing: there is nothing to compare with
+        return {}
+    return peer_versions()
+
+
+def add_model_command(kinds: argparse._SubParsersAction) -> None:
+    """Register ``model NAME`` under ``taskloom bench``."""
+    sub = kinds.add_parser("model", help="time a whole model: taskloom against PyTorch, inductor, ORT and TVM",
+                           description=__doc__.split("\n\n")[0].replace("``", ""),
+                           formatter_class=argparse.RawDescriptionHelpFormatter,
+                           epilog=__doc__[__doc__.index("``--json FILE`` writes"):].replace("``", ""))
+    sub.add_argument("name", choices=MODELS, metavar="NAME", help=f"one of {', '.join(MODELS)}")
+    sub.add_argument("--batch", type=positive_int, default=1, metavar="B", help="batch size (default 1)")
+    sub.add_argument("--seq", type=positive_int, default=128, metavar="S",
+                     help="sequence length of bert and gpt2 (default 128)")
+    sub.add_argument("--compare", type=compare_type("model", PEERS), default=None, metavar=",".join(PEERS),
+                     help=f"the peers to time, comma-separated, or 'none' (default: {','.join(PEERS)})")
+    sub.add_argument("--tune", type=int, choices=(0, 1, 2), default=0, metavar="LEVEL",
+                     help="taskloom's tuning level: 0, 1 or 2 (default 0)")
+    sub.add_argument("--threads", type=positive_int, default=None, metavar="T",
+                     help="threads of every system (default: the target's cores)")
+    sub.add_argument("--repeats", type=positive_int, default=30, metavar="R",
+                     help=f"timed runs per system, after {WARMUP} warm-ups (default 30)")
+    sub.add_argument("--target", default=None, metavar="SPEC",
+                     help="taskloom's target, e.g. 'cpu -isa=avx2' (default: this machine)")
+    sub.add_argument("--tvm-trials", type=lambda t: int(t) if t.isdigit() else positive_int(t), default=0,
+                     metavar="N", help="MetaSchedule trials per task for TVM (default 0: TVM's default "
+                                       "schedules, no tuning)")
+    sub.add_argument("--profile", action="store_true",
+                     help="also print each fused taskloom kernel's time and share")
+    sub.add_argument("--json", default=None, metavar="FILE", help="also write the results as JSON")
+    sub.add_argument("--plot", default=None, metavar="FILE", help="also draw the latencies as a PNG bar chart")
+    sub.set_defaults(func=run, model_parser=sub)

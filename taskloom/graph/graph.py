@@ -42,8 +42,12 @@ class Node:
 
 def record(task: Task, inputs: Sequence[Tensor]) -> list[Tensor]:
     """Adds a node for ``task`` applied to ``inputs`` and returns its (data-less) outputs."""
-    node = Node(task.name, task, list(inputs))
-    for k, out in enumerate(task.outputs):
+    return record_outputs(Node(task.name, task, list(inputs)))
+
+
+def record_outputs(node: Node) -> list[Tensor]:
+    """Gives ``node`` one (data-less) output tensor per output of its task and returns them."""
+    for k, out in enumerate(node.task.outputs):
         shape = tuple(_static(d) for d in out.shape)
         node.outputs.append(Tensor(shape, out.dtype, producer=(node, k)))
     return node.outputs

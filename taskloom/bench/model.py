@@ -3,15 +3,16 @@
 
     taskloom bench model NAME [--batch B] [--seq S] [--compare torch,inductor,ort,tvm]
         [--tune 0|1|2] [--threads T] [--repeats 30] [--target SPEC] [--profile]
-        [--tvm-trials N] [--json FILE] [--plot FILE]
+        [--tvm-trials N] [--budget SECONDS] [--json FILE] [--plot FILE]
 
 NAME is one of resnet50, inception_v3, mobilenet_v2, bert, gpt2 (:mod:`taskloom.bench.zoo`:
 random weights, no downloads). taskloom runs the way users run it, ``torch.compile(model,
 backend=taskloom)``; each peer runs as its own documentation recommends
 (:mod:`taskloom.bench.peers`). Every system gets the same model and inputs, is checked
 against PyTorch eager (``max_abs_diff`` of the first output), warmed up, then timed
-``--repeats`` times in its own block (see :mod:`taskloom.bench.timing`). A system that fails
-is reported with its error in its row; the others still run.
+``--repeats`` times in its own block (see :mod:`taskloom.bench.timing`); a system so slow that
+this would take more than ``--budget`` seconds is timed fewer times, and its row says how
+many. A system that fails is reported with its error in its row; the others still run.
 
 ``--profile`` prints the time of each fused taskloom kernel and its share of the total,
 measured inside the native launcher. ``--plot FILE`` draws the latencies as a bar chart
@@ -20,7 +21,7 @@ measured inside the native launcher. ``--plot FILE`` draws the latencies as a ba
 ``--json FILE`` writes::
 
     {"model", "batch", "seq", "flop", "command", "args": {...},
-     "rows": [{"system", "median_ms", "gflops", "max_abs_diff", "error", "compile_s", "note"}, ...],
+     "rows": [{"system", "median_ms", "gflops", "max_abs_diff", "error", "compile_s", "note", "runs"}, ...],
      "taskloom": {"compile_s", "phases": {"frontend", "passes", "fusion", "schedule", "codegen", "cc"},
                   "graphs", "kernels", "arena_bytes", "tune", "target"},
      "profile": [{"name", "ops", "schedule", "median_ms", "share"}, ...] (with --profile),
@@ -50,6 +51,8 @@ from taskloom.target import CpuTarget
 
 PEERS = ("torch", "inductor", "ort", "tvm")
 WARMUP = 3
+#: Timed runs of a system too slow for --repeats within --budget.
+MIN_RUNS = 3
 PHASES = ("frontend", "passes", "fusion", "schedule", "codegen", "cc")
 
 
@@ -120,21 +123,31 @@ def count_flop(model: Any, inputs: tuple[Any, ...]) -> int | None:
 
 def _row(system: str) -> dict[str, Any]:
     return {"system": system, "median_ms": None, "gflops": None, "max_abs_diff": None, "error": None,
-            "compile_s": None, "note": ""}
+            "compile_s": None, "note": "", "runs": 0}
 
 
-def _time(row: dict[str, Any], run: Any, reference: np.ndarray, flop: int | None, repeats: int) -> None:
-    """Check ``run``'s output against the reference, then time it into ``row``."""
+def _time(row: dict[str, Any], run: Any, reference: np.ndarray, flop: int | None, repeats: int,
+          budget_s: float) -> None:
+    """Check ``run``'s output against the reference, then time it into ``row``: ``repeats``
+    runs after warm-up, fewer (at least MIN_RUNS, one warm-up) when that would take longer
+    than ``budget_s`` (an untuned peer can take a minute per inference)."""
+    started = time.perf_counter()
     out = run()
+    once = time.perf_counter() - started
     if out.shape != reference.shape:
         raise TaskloomError(f"output shape {out.shape}, expected {reference.shape}")
     row["max_abs_diff"] = float(np.max(np.abs(out - reference))) if out.size else 0.0
-    row["median_ms"] = median_ms(run, repeats, WARMUP)
+    runs, warmup = repeats, WARMUP
+    if once * (repeats + WARMUP) > budget_s:
+        runs, warmup = max(MIN_RUNS, min(repeats, int(budget_s / once) - 1)), 1
+    row["runs"] = runs
+    row["median_ms"] = median_ms(run, runs, warmup)
     row["gflops"] = flop / row["median_ms"] / 1e6 if flop else None
 
 
 def bench_model(name: str, batch: int, seq: int, peers: tuple[str, ...], target: CpuTarget, tune: int,
-                threads: int, repeats: int, profile: bool = False, tvm_trials: int = 0) -> dict[str, Any]:
+                threads: int, repeats: int, profile: bool = False, tvm_trials: int = 0,
+                budget_s: float = 300.0) -> dict[str, Any]:
     """Builds ``name``, measures taskloom and ``peers`` on it; the JSON record minus the command."""
     import torch
     torch.set_num_threads(threads)
@@ -148,7 +161,7 @@ def bench_model(name: str, batch: int, seq: int, peers: tuple[str, ...], target:
     try:
         run = TaskloomRun(model, inputs, target, tune, threads)
         row["compile_s"], row["note"] = run.compile_s, f"torch.compile(backend=taskloom), tune {tune}"
-        _time(row, run, reference, flop, repeats)
+        _time(row, run, reference, flop, repeats, budget_s)
         kernels = [k for g in run.graphs for k in g.meta["kernels"]]
         record["taskloom"] = {"compile_s": run.compile_s, "phases": run.phases(), "graphs": len(run.graphs),
                               "kernels": len(kernels), "arena_bytes": sum(g.arena_bytes for g in run.graphs),
@@ -166,7 +179,7 @@ def bench_model(name: str, batch: int, seq: int, peers: tuple[str, ...], target:
                 prepared = peer_runners.prepare(system, model, inputs, threads=threads, workdir=Path(workdir),
                                                 tvm_trials=tvm_trials)
                 row["compile_s"], row["note"] = prepared.compile_s, prepared.note
-                _time(row, prepared.run, reference, flop, repeats)
+                _time(row, prepared.run, reference, flop, repeats, budget_s)
             except Exception as exc:
                 row["error"] = f"{type(exc).__name__}: {exc}".strip()
             record["rows"].append(row)
@@ -192,7 +205,8 @@ def format_record(record: dict[str, Any], repeats: int, threads: int) -> str:
         cells = [cell(r["median_ms"], ".2f", 10), cell(r["gflops"], ".1f", 8),
                  cell(speedup, ".2f", 16) + ("x" if speedup is not None else " "), cell(r["compile_s"], ".1f", 9),
                  cell(r["max_abs_diff"], ".2e", 12)]
-        lines.append(f"  {r['system']:9s} {' '.join(cells)}  {r['error'] or r['note']}".rstrip())
+        few = f"[{r['runs']} runs] " if r.get("runs") and r["runs"] < repeats else ""
+        lines.append(f"  {r['system']:9s} {' '.join(cells)}  {r['error'] or few + r['note']}".rstrip())
     t = record["taskloom"]
     if t is not None:
         phases = ", ".join(f"{p} {s:.1f}" for p, s in t["phases"].items())
@@ -265,7 +279,7 @@ def run(args: argparse.Namespace) -> int:
         os.environ.setdefault("TVM_NUM_THREADS", str(threads))
     print(f"target: {args.target or 'this machine'} ({target.key()})", flush=True)
     record = bench_model(args.name, args.batch, args.seq, peers, target, args.tune, threads, args.repeats,
-                         profile=args.profile, tvm_trials=args.tvm_trials)
+                         profile=args.profile, tvm_trials=args.tvm_trials, budget_s=args.budget)
     print(format_record(record, args.repeats, threads))
     if args.profile and "profile" in record:
         print(format_profile(record["profile"]))
@@ -275,9 +289,10 @@ def run(args: argparse.Namespace) -> int:
                 "--repeats", str(args.repeats)] + (["--target", args.target] if args.target else [])
     command += ["--profile"] if args.profile else []
     command += ["--tvm-trials", str(args.tvm_trials)] if args.tvm_trials else []
+    command += ["--budget", f"{args.budget:g}"]
     record = {**record, "command": shlex.join(command),
               "args": {"compare": list(peers), "tune": args.tune, "threads": threads, "repeats": args.repeats,
-                       "target": args.target, "tvm_trials": args.tvm_trials},
+                       "target": args.target, "tvm_trials": args.tvm_trials, "budget_s": args.budget},
               "machine": machine(), "versions": {**versions(), **_peer_versions()}}
     if args.plot is not None:
         plot_record(record, Path(args.plot))
@@ -321,6 +336,9 @@ def add_model_command(kinds: argparse._SubParsersAction) -> None:
     sub.add_argument("--tvm-trials", type=lambda t: int(t) if t.isdigit() else positive_int(t), default=0,
                      metavar="N", help="MetaSchedule trials per task for TVM (default 0: TVM's default "
                                        "schedules, no tuning)")
+    sub.add_argument("--budget", type=float, default=300.0, metavar="SECONDS",
+                     help=f"timing budget per system: a system slower than that for --repeats runs gets "
+                          f"fewer (at least {MIN_RUNS}; its row says how many) (default 300)")
     sub.add_argument("--profile", action="store_true",
                      help="also print each fused taskloom kernel's time and share")
     sub.add_argument("--json", default=None, metavar="FILE", help="also write the results as JSON")

@@ -13,7 +13,8 @@ model on the CPU the way its own documentation recommends for inference:
 - ``tvm``: Apache TVM's Relax flow: ``torch.export`` -> ``from_exported_program`` -> the
   ``static_shape_tuning`` pipeline (MetaSchedule, ``tvm_trials`` per task) -> ``tvm.compile``
   for this CPU -> ``relax.VirtualMachine``. With no trials the kernels keep TVM's default
-  schedules, which run on one core; tuning ResNet-50 to convergence takes hours on two cores.
+  schedules, which run on one core; tuning is slow on a small machine (ResNet-50's 28 tasks
+  take about 20 minutes at 8 trials each on two cores, hours to converge).
 
 Exporters and compilers are noisy; their output goes to ``workdir/<system>.log`` instead.
 """
@@ -24,10 +25,10 @@ import os
 import sys
 import time
 import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from collections.abc import Mapping, Sequence
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -52,9 +53,12 @@ def prepare(system: str, model: Any, inputs: tuple, *, threads: int, workdir: Pa
             tvm_trials: int = 0) -> Prepared:
     """Prepare ``model`` (an eval-mode torch module) to run on ``inputs`` with ``system``, one of
     ``PEERS``, on ``threads`` CPU threads; files (ONNX model, tuning logs, exporter output) go
-    under ``workdir``. ``tvm_trials`` is the MetaSchedule trials per task for ``tvm``."""
+    under ``workdir`` (a fresh one makes inductor's compile a cold one). ``tvm_trials`` is the
+    MetaSchedule trials per task for ``tvm``; 0 compiles without tuning."""
     if system not in PEERS:
         raise ArgumentError(f"bench peer: unknown system {system!r} (known: {', '.join(PEERS)})")
+    if tvm_trials < 0:
+        raise ArgumentError(f"bench peer tvm: trials per task must be at least 0, not {tvm_trials}")
     import torch
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -63,7 +67,7 @@ def prepare(system: str, model: Any, inputs: tuple, *, threads: int, workdir: Pa
         return Prepared(_eager(model, inputs), 0.0, f"eager, inference_mode, {threads} threads")
     with _quiet(workdir / f"{system}.log"):
         if system == "inductor":
-            return _inductor(model, inputs, threads)
+            return _inductor(model, inputs, threads, workdir)
         if system == "ort":
             return _ort(model, inputs, threads, workdir)
         return _tvm(model, inputs, threads, workdir, tvm_trials)
@@ -96,14 +100,16 @@ def _eager(fn: Callable[..., Any], inputs: tuple) -> Callable[[], np.ndarray]:
     return run
 
 
-def _inductor(model: Any, inputs: tuple, threads: int) -> Prepared:
-    # options, unlike torch._inductor.config, stay with this compiled module (recompiles included)
+def _inductor(model: Any, inputs: tuple, threads: int, workdir: Path) -> Prepared:
     import torch
+    from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
+    # options, unlike torch._inductor.config, stay with this compiled module (recompiles included)
     run = _eager(torch.compile(model, options={"freezing": True}), inputs)
     t0 = time.perf_counter()
-    run()
-    return Prepared(run, time.perf_counter() - t0,
-                    f"torch.compile(mode=default), freezing, inference_mode, {threads} threads")
+    with temporary_cache_dir(str(workdir / "inductor-cache")):  # a cold compile, not last run's cache
+        run()
+    return Prepared(run, time.perf_counter() - t0, f"torch.compile(mode=default), freezing, "
+                    f"inference_mode, {threads} threads, cold inductor cache")
 
 
 def _ort(model: Any, inputs: tuple, threads: int, workdir: Path) -> Prepared:
@@ -140,8 +146,8 @@ def _tvm(model: Any, inputs: tuple, threads: int, workdir: Path, trials: int) ->
         from tvm import relax
         from tvm.relax.frontend.torch import from_exported_program
     except ImportError as exc:
-        raise ArgumentError("bench peer tvm: Apache TVM is not installed (pip install "
-                            "'apache-tvm[meta-schedule,popen-pool]==0.27.0.post1' 'apache-tvm-ffi<0.1.15')") from exc
+        raise ArgumentError("bench peer tvm: Apache TVM is not installed (pip install 'taskloom[tvm]'; "
+                            "'taskloom[tvm-tune]' to tune with --tvm-trials)") from exc
     import torch
     tvm.get_global_func("runtime.config_threadpool")(1, threads)  # in case the pool already started
     cpu = tvm.target.codegen.llvm_get_system_cpu()

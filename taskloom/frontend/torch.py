@@ -23,6 +23,7 @@ What to know:
 """
 from __future__ import annotations
 
+import operator
 import re
 import warnings
 from dataclasses import dataclass
@@ -119,13 +120,14 @@ def _version(t: torch.Tensor) -> int:
 class _Program:
     """One compiled specialization: the conversion, the native graph, and the state it froze."""
 
-    def __init__(self, conversion: Conversion, compiled: Any, state: tuple[tuple, tuple]):
+    def __init__(self, conversion: Conversion, compiled: Any, state: tuple[tuple, list]):
         self.conversion, self.compiled, self.state = conversion, compiled, state
 
-    def holds(self, state: tuple[tuple, tuple]) -> bool:
-        """Whether ``state`` (tensors, versions) is the one this program froze."""
+    def holds(self, state: tuple[tuple, list]) -> bool:
+        """Whether ``state`` (tensors, versions) is the one this program froze. Called on every
+        call with every parameter, so it stays in C loops (a model has hundreds of them)."""
         (mine, my_versions), (theirs, versions) = self.state, state
-        return my_versions == versions and all(a is b for a, b in zip(mine, theirs))
+        return my_versions == versions and all(map(operator.is_, mine, theirs))
 
     def run(self, args: Sequence[Any]) -> Any:
         conv = self.conversion
@@ -158,6 +160,12 @@ class CompiledFunction:
             raise FrontendError(f"dynamo gave {len(example_inputs)} example inputs for a graph with "
                                 f"{len(placeholders)} placeholders")
         self._is_input = [_is_runtime_input(n, a) for n, a in zip(placeholders, example_inputs)]
+        # positions of the inputs, of the frozen tensors (parameters, buffers) and of other values
+        self._inputs_at = [k for k, i in enumerate(self._is_input) if i]
+        self._state_at = [k for k, (i, a) in enumerate(zip(self._is_input, example_inputs))
+                          if not i and isinstance(a, torch.Tensor)]
+        self._values_at = [k for k, (i, a) in enumerate(zip(self._is_input, example_inputs))
+                           if not i and not isinstance(a, torch.Tensor)]
         self._names = [_input_name(n, k) for k, n in enumerate(placeholders)]
         self._programs: dict[Any, _Program | Callable] = {}
         self.compiled_graph: Any = None
@@ -167,20 +175,18 @@ class CompiledFunction:
         self._specialize([_concrete(a) for a in example_inputs], allow_fallback=False)
 
     def _key(self, args: Sequence[Any]) -> tuple:
-        key = []
-        for a, is_input in zip(args, self._is_input):
-            if is_input:
-                key.append((tuple(a.shape), a.dtype))
-            elif not isinstance(a, torch.Tensor):
-                key.append(a)
-        return tuple(key)
+        return (tuple((tuple(args[k].shape), args[k].dtype) for k in self._inputs_at),
+                tuple(args[k] for k in self._values_at))
 
-    def _state(self, args: Sequence[Any]) -> tuple[tuple, tuple]:
+    def _state(self, args: Sequence[Any]) -> tuple[tuple, list]:
         """The parameters and buffers a program freezes as constants, and their versions (an
         in-place change bumps a tensor's version)."""
-        tensors = tuple(a for a, is_input in zip(args, self._is_input)
-                        if not is_input and isinstance(a, torch.Tensor))
-        return tensors, tuple(_version(t) for t in tensors)
+        tensors = tuple(map(args.__getitem__, self._state_at))
+        try:
+            versions = [t._version for t in tensors]
+        except RuntimeError:  # an inference tensor among them keeps no version counter
+            versions = [_version(t) for t in tensors]
+        return tensors, versions
 
     def _specialize(self, args: Sequence[Any], allow_fallback: bool = True) -> _Program | Callable:
         key = self._key(args)

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 from taskloom.bench import model as bench_model  # noqa: E402
 from taskloom.cli import main  # noqa: E402
 
-ROW_KEYS = {"system", "median_ms", "gflops", "max_abs_diff", "error", "compile_s", "note"}
+ROW_KEYS = {"system", "median_ms", "gflops", "max_abs_diff", "error", "compile_s", "note", "runs"}
 
 
 def tiny(name: str, batch: int = 1, seq: int = 128, seed: int = 0):
@@ -91,3 +91,21 @@ def test_a_failing_taskloom_compile_is_a_row_and_exit_status_1(tiny_zoo, monkeyp
     monkeypatch.setattr(bench_model.TaskloomRun, "__init__", broken)
     assert main(["bench", "model", "resnet50", "--compare", "none", "--repeats", "3"]) == 1
     assert "RuntimeError: no schedule" in capsys.readouterr().out
+
+
+def test_a_slow_system_gets_fewer_runs_within_the_budget(tiny_zoo, monkeypatch, tmp_path):
+    import time
+    from taskloom.bench import peers
+
+    def prepare(system, model, inputs, **kwargs):
+        def run():
+            time.sleep(0.05)
+            return model(*inputs).detach().numpy()
+        return peers.Prepared(run, 0.0, "sleepy")
+    monkeypatch.setattr(peers, "prepare", prepare)
+    path = tmp_path / "r.json"
+    assert main(["bench", "model", "resnet50", "--compare", "ort", "--repeats", "30", "--budget", "0.3",
+                 "--json", str(path)]) == 0
+    rows = {r["system"]: r for r in json.loads(path.read_text())["rows"]}
+    assert rows["taskloom"]["runs"] == 30
+    assert bench_model.MIN_RUNS <= rows["ort"]["runs"] < 30 and rows["ort"]["median_ms"] >= 50

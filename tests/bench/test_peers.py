@@ -47,6 +47,31 @@ def test_peer_matches_eager(system, small, tmp_path, capfd):
     assert capfd.readouterr().out == ""  # exporters' and compilers' chatter goes to the log
 
 
+def test_ort_falls_back_to_legacy_exporter(small, tmp_path, monkeypatch):
+    pytest.importorskip("onnxruntime")
+    export = torch.onnx.export
+
+    def no_dynamo(*args, dynamo: bool, **kwargs):
+        if dynamo:
+            raise RuntimeError("unsupported")
+        return export(*args, dynamo=False, **kwargs)
+    monkeypatch.setattr(torch.onnx, "export", no_dynamo)
+    model, inputs, expected = small
+    prepared = peers.prepare("ort", model, inputs, threads=1, workdir=tmp_path)
+    assert "dynamo=False (dynamo=True failed: RuntimeError)" in prepared.note
+    assert np.abs(prepared.run() - expected).max() < 1e-4
+
+
+@pytest.mark.slow
+def test_tvm_tuned(small, tmp_path):
+    pytest.importorskip("tvm")
+    model, inputs, expected = small
+    prepared = peers.prepare("tvm", model, inputs, threads=1, workdir=tmp_path, tvm_trials=1)
+    assert "MetaSchedule 1 trials/task" in prepared.note
+    assert (tmp_path / "tvm_tuning" / "database_tuning_record.json").stat().st_size > 0
+    assert np.abs(prepared.run() - expected).max() < 1e-4
+
+
 def test_inductor_config_does_not_leak(small, tmp_path):
     from torch._inductor import config
     before = config.freezing

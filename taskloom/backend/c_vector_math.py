@@ -82,15 +82,18 @@ static inline __m512 tl_sign_f32x16(__m512 x) {
 static inline __m512 tl_xor_f32x16(__m512 a, __m512 b) {
   return _mm512_castsi512_ps(_mm512_xor_epi32(_mm512_castps_si512(a), _mm512_castps_si512(b)));
 }
-/* e^x = 2^n e^r, x = n ln2 + r; x is clamped to [-104, 89], past which the result is 0 or inf
-   anyway, and scalef rounds 2^n e^r correctly into the denormals. */
+/* e^x = 2^n e^r, x = n ln2 + r; x is clamped to 89, past which the result is inf anyway, and
+   scalef rounds 2^n e^r correctly into the denormals. Below -104 the result is 0: those lanes
+   compute e^0 and are zeroed after, because an underflowing scalef costs a microcode assist
+   per instruction (a masked softmax's -3.4e38 scores would run ten times slower). */
 static inline __m512 tl_exp_f32x16(__m512 x) {
-  x = _mm512_max_ps(_mm512_set1_ps(-104.0f), _mm512_min_ps(_mm512_set1_ps(89.0f), x));
+  __mmask16 zero = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-104.0f), _CMP_LT_OQ);
+  x = _mm512_mask_blend_ps(zero, _mm512_min_ps(_mm512_set1_ps(89.0f), x), _mm512_setzero_ps());
   __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(TL_LN2_HI), x);
   r = _mm512_fnmadd_ps(n, _mm512_set1_ps(TL_LN2_LO), r);
-  return _mm512_scalef_ps(TL_EXP_POLY(_mm512, r), n);
+  return _mm512_maskz_mov_ps(~zero, _mm512_scalef_ps(TL_EXP_POLY(_mm512, r), n));
 }
 /* log x = e ln2 + log m with x = 2^e m, m in [sqrt(1/2), sqrt(2)); getexp and getmant read
    denormals correctly. */
@@ -202,7 +205,8 @@ static inline __m256 tl_pow2i_f32x8(__m256i k) {
 /* As the AVX-512 version; 2^n (n in [-150, 128]) is applied in two halves so that both
    factors stay normal and the product rounds once into the denormals. */
 static inline __m256 tl_exp_f32x8(__m256 x) {
-  x = _mm256_max_ps(_mm256_set1_ps(-104.0f), _mm256_min_ps(_mm256_set1_ps(89.0f), x));
+  __m256 zero = _mm256_cmp_ps(x, _mm256_set1_ps(-104.0f), _CMP_LT_OQ);  /* 0 out, as for AVX-512 */
+  x = _mm256_andnot_ps(zero, _mm256_min_ps(_mm256_set1_ps(89.0f), x));
   __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(TL_LN2_HI), x);
@@ -210,7 +214,7 @@ static inline __m256 tl_exp_f32x8(__m256 x) {
   __m256i ni = _mm256_cvtps_epi32(n);
   __m256i n1 = _mm256_srai_epi32(ni, 1);
   __m256 p = _mm256_mul_ps(TL_EXP_POLY(_mm256, r), tl_pow2i_f32x8(n1));
-  return _mm256_mul_ps(p, tl_pow2i_f32x8(_mm256_sub_epi32(ni, n1)));
+  return _mm256_andnot_ps(zero, _mm256_mul_ps(p, tl_pow2i_f32x8(_mm256_sub_epi32(ni, n1))));
 }
 static inline __m256 tl_log_f32x8(__m256 x) {
   /* denormals are scaled by 2^23 first so that their exponent field is meaningful */

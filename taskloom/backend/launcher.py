@@ -41,17 +41,17 @@ class Call:
 
 def launcher_source(calls: Sequence[Call]) -> str:
     """The C of the launcher and of its profiling twin for ``calls``, in order."""
+    invocations = [f"  {c.symbol}({', '.join(_arg(r) for r in c.args)});" for c in calls]
     lines = ["", f"void {ENTRY}(void* const* w, void* const* in, void* const* out, char* arena) {{"]
-    for c in calls:
+    for c, invocation in zip(calls, invocations):
         if c.note:
             lines.append(f"  // {c.note}")
-        lines.append(f"  {c.symbol}({', '.join(_arg(r) for r in c.args)});")
+        lines.append(invocation)
     lines += ["}", "",
               f"void {PROFILE_ENTRY}(void* const* w, void* const* in, void* const* out, char* arena, double* ms) {{",
               "  double t = omp_get_wtime(), now;"]
-    for k, c in enumerate(calls):
-        lines.append(f"  {c.symbol}({', '.join(_arg(r) for r in c.args)});")
-        lines.append(f"  now = omp_get_wtime(); ms[{k}] = (now - t) * 1e3; t = now;")
+    for k, invocation in enumerate(invocations):
+        lines += [invocation, f"  now = omp_get_wtime(); ms[{k}] = (now - t) * 1e3; t = now;"]
     lines.append("}")
     return "\n".join(lines) + "\n"
 

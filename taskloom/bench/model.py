@@ -33,6 +33,7 @@ GFLOP/s is that over the median time.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -44,6 +45,8 @@ from typing import Any
 import numpy as np
 
 from taskloom.bench.op import cell, compare_type, positive_int, target_argument
+from taskloom.bench import peers as peers_module
+from taskloom.bench.peers import first_output
 from taskloom.bench.timing import machine, median_ms, versions
 from taskloom.bench.zoo import IMAGE_MODELS, MODELS, build
 from taskloom.errors import TaskloomError
@@ -77,7 +80,7 @@ class TaskloomRun:
     def __call__(self) -> np.ndarray:
         import torch
         with torch.inference_mode():
-            return _first_output(self.model(*self.inputs))
+            return first_output(self.model(*self.inputs))
 
     def phases(self) -> dict[str, float]:
         """Seconds per compile phase, summed over the graphs dynamo captured; "frontend" is the
@@ -89,7 +92,6 @@ class TaskloomRun:
     def profile(self, repeats: int) -> list[dict[str, Any]]:
         """Each fused kernel's median time over ``repeats`` calls of the whole model, with its
         share of the kernels' total, slowest first."""
-        import contextlib
         with contextlib.ExitStack() as stack:
             per_graph = [stack.enter_context(g.profiling()) for g in self.graphs]
             for _ in range(repeats):
@@ -99,14 +101,6 @@ class TaskloomRun:
         for k in kernels:
             k["share"] = k["median_ms"] / total
         return sorted(kernels, key=lambda k: -k["median_ms"])
-
-
-def _first_output(out: Any) -> np.ndarray:
-    while isinstance(out, (tuple, list)):
-        out = out[0]
-    if hasattr(out, "detach"):
-        out = out.detach().float().numpy()
-    return np.asarray(out, dtype=np.float32)
 
 
 def count_flop(model: Any, inputs: tuple[Any, ...]) -> int | None:
@@ -153,7 +147,7 @@ def bench_model(name: str, batch: int, seq: int, peers: tuple[str, ...], target:
     torch.set_num_threads(threads)
     model, inputs = build(name, batch, seq)
     with torch.inference_mode():
-        reference = _first_output(model(*inputs))
+        reference = first_output(model(*inputs))
     flop = count_flop(model, inputs)
     record: dict[str, Any] = {"model": name, "batch": batch, "seq": None if name in IMAGE_MODELS else seq,
                               "flop": flop, "rows": [], "taskloom": None}
@@ -175,8 +169,7 @@ def bench_model(name: str, batch: int, seq: int, peers: tuple[str, ...], target:
         for system in peers:
             row = _row(system)
             try:
-                from taskloom.bench import peers as peer_runners
-                prepared = peer_runners.prepare(system, model, inputs, threads=threads, workdir=Path(workdir),
+                prepared = peers_module.prepare(system, model, inputs, threads=threads, workdir=Path(workdir),
                                                 tvm_trials=tvm_trials)
                 row["compile_s"], row["note"] = prepared.compile_s, prepared.note
                 _time(row, prepared.run, reference, flop, repeats, budget_s)
@@ -228,16 +221,11 @@ def format_profile(kernels: list[dict[str, Any]], top: int = 20) -> str:
         lines.append(f"  {sum(k['median_ms'] for k in rest):8.3f} {sum(k['share'] for k in rest):6.1%}  "
                      f"... {len(rest)} more kernels")
     by_op: dict[str, float] = {}
-    for k in kernels:  # a fused kernel counts under its heaviest op: its anchor, or its first op
-        anchor = next((op for op in k["ops"] if op in _ANCHORS), k["ops"][0] if k["ops"] else "?")
-        by_op[anchor] = by_op.get(anchor, 0.0) + k["median_ms"]
+    for k in kernels:  # a fused kernel counts under its anchor, or its first op
+        by_op[k["anchor"]] = by_op.get(k["anchor"], 0.0) + k["median_ms"]
     lines.append("  by anchor: " + ", ".join(f"{op} {ms:.2f} ms ({ms / (total or 1):.0%})"
                                              for op, ms in sorted(by_op.items(), key=lambda i: -i[1])))
     return "\n".join(lines)
-
-
-_ANCHORS = ("conv2d", "matmul", "batch_matmul", "linear", "softmax", "layer_norm", "max_pool2d", "avg_pool2d",
-            "adaptive_avg_pool2d", "mean", "sum", "max")
 
 
 def plot_record(record: dict[str, Any], path: Path) -> None:
@@ -293,7 +281,7 @@ def run(args: argparse.Namespace) -> int:
     record = {**record, "command": shlex.join(command),
               "args": {"compare": list(peers), "tune": args.tune, "threads": threads, "repeats": args.repeats,
                        "target": args.target, "tvm_trials": args.tvm_trials, "budget_s": args.budget},
-              "machine": machine(), "versions": {**versions(), **_peer_versions()}}
+              "machine": machine(), "versions": {**versions(), **peers_module.peer_versions()}}
     if args.plot is not None:
         plot_record(record, Path(args.plot))
         print(f"wrote {args.plot}")
@@ -303,14 +291,6 @@ def run(args: argparse.Namespace) -> int:
         path.write_text(json.dumps(record, indent=2) + "\n")
         print(f"wrote {path}")
     return 0 if record["rows"][0]["error"] is None else 1
-
-
-def _peer_versions() -> dict[str, str]:
-    try:
-        from taskloom.bench.peers import peer_versions
-    except ImportError:  # torch is missing: there is nothing to compare with
-        return {}
-    return peer_versions()
 
 
 def add_model_command(kinds: argparse._SubParsersAction) -> None:

@@ -83,7 +83,7 @@ def peer_versions() -> dict[str, str]:
     return out
 
 
-def _first(out: Any) -> np.ndarray:
+def first_output(out: Any) -> np.ndarray:
     """The first output of a torch, onnxruntime or TVM call (a tensor, or a sequence or mapping
     of them) as a float32 numpy array."""
     while isinstance(out, (Sequence, Mapping)):
@@ -96,7 +96,7 @@ def _eager(fn: Callable[..., Any], inputs: tuple) -> Callable[[], np.ndarray]:
 
     def run() -> np.ndarray:
         with torch.inference_mode():
-            return _first(fn(*inputs))
+            return first_output(fn(*inputs))
     return run
 
 
@@ -134,7 +134,7 @@ def _ort(model: Any, inputs: tuple, threads: int, workdir: Path) -> Prepared:
     session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
     feeds = {i.name: x.numpy() for i, x in zip(session.get_inputs(), inputs)}
     compile_s = time.perf_counter() - t0
-    return Prepared(lambda: _first(session.run(None, feeds)), compile_s,
+    return Prepared(lambda: first_output(session.run(None, feeds)), compile_s,
                     f"torch.onnx.export({how}), onnxruntime {ort.__version__} CPUExecutionProvider, "
                     f"ORT_ENABLE_ALL, intra_op_num_threads={threads}")
 
@@ -162,7 +162,7 @@ def _tvm(model: Any, inputs: tuple, threads: int, workdir: Path, trials: int) ->
     args = [tvm.runtime.tensor(x.numpy()) for x in inputs]
     compile_s = time.perf_counter() - t0
     tuned = f"MetaSchedule {trials} trials/task" if trials else "untuned (default schedules, 1 core)"
-    return Prepared(lambda: _first(vm["main"](*args)), compile_s,
+    return Prepared(lambda: first_output(vm["main"](*args)), compile_s,
                     f"tvm {tvm.__version__} relax: torch.export, from_exported_program, "
                     f"static_shape_tuning pipeline, {tuned}, tvm.compile llvm -mcpu={cpu}, "
                     f"VirtualMachine, TVM_NUM_THREADS={threads}")

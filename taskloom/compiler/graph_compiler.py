@@ -89,6 +89,7 @@ def compile_graph(graph: Graph, target: CpuTarget | str | None = None, *, tune: 
         args = tuple(refs[id(t)] for t in (*group.inputs, *group.outputs))
         calls.append(Call(c_symbol(fn.name), args, f"{group.name}: {' + '.join(group.ops)}"))
         kernels.append({"name": fn.name, "ops": group.ops, "category": group.category,
+                        "anchor": group.anchor.op if group.anchor is not None else group.ops[0],
                         "schedule": f"{fn.attr('template')}: {fn.attr('config')}" if fn.attr("template")
                         else "rule-based"})
     timings["schedule"] = time.perf_counter() - phase

@@ -52,6 +52,7 @@ class CompiledGraph:
         self._arena = np.empty(max(int(meta["arena_bytes"]), 1) + 64, np.uint8)
         self._arena_ptr = (self._arena.ctypes.data + 63) // 64 * 64
         self._profile: list[np.ndarray] | None = None  # per-call kernel times while profiling
+        self._profile_fn: Any = None  # the launcher's profiling twin, resolved when profiling starts
         self._lock = threading.Lock()  # one arena: calls on one CompiledGraph run one at a time
         self.inputs = meta["inputs"]
         self.outputs = meta["outputs"]
@@ -68,14 +69,14 @@ class CompiledGraph:
         self._lib.taskloom_set_num_threads(ctypes.c_int(n))
 
     def __call__(self, *args: Any) -> Any:
-        outs, ins, outp = self._prepare(args)
+        keep: list[Any] = []  # the inputs' keep-alives, until the native call returns
+        outs, ins, outp = self._prepare(args, keep)
         with self._lock:
             if self._profile is None:
                 self._entry(self._w, ins, outp, ctypes.c_void_p(self._arena_ptr))
             else:
                 ms = np.zeros(max(len(self.meta["kernels"]), 1), np.float64)
-                self._profile_entry()(self._w, ins, outp, ctypes.c_void_p(self._arena_ptr),
-                                      ctypes.c_void_p(ms.ctypes.data))
+                self._profile_fn(self._w, ins, outp, ctypes.c_void_p(self._arena_ptr), ctypes.c_void_p(ms.ctypes.data))
                 self._profile.append(ms)
         return self._finish(args, outs)
 
@@ -83,22 +84,23 @@ class CompiledGraph:
     def profiling(self) -> Iterator[list[dict[str, Any]]]:
         """While inside, every call times each kernel in the native launcher (no Python in the
         numbers); on leaving, the yielded list is filled with one entry per kernel in launch
-        order, ``{"name", "ops", "schedule", "median_ms", "calls"}``, the median over the calls.
+        order, ``{"name", "ops", "anchor", "schedule", "median_ms", "calls"}``, the median over the
+        calls (``anchor``: the op a fused kernel is built around, or its first op).
 
             with compiled.profiling() as kernels:
                 for _ in range(30):
                     compiled(x)
             slowest = max(kernels, key=lambda k: k["median_ms"])
         """
-        self._profile_entry()  # fail before the calls, not after
+        self._profile_fn = self._profile_entry()  # fail before the calls, not after
         self._profile, result = [], []
         try:
             yield result
         finally:
             runs, self._profile = self._profile, None
             medians = np.median(np.stack(runs), axis=0) if runs else np.zeros(len(self.meta["kernels"]))
-            result.extend({"name": k["name"], "ops": k["ops"], "schedule": k.get("schedule", ""),
-                           "median_ms": float(m), "calls": len(runs)}
+            result.extend({"name": k["name"], "ops": k["ops"], "anchor": k.get("anchor", k["ops"][0]),
+                           "schedule": k.get("schedule", ""), "median_ms": float(m), "calls": len(runs)}
                           for k, m in zip(self.meta["kernels"], medians))
 
     def profile(self, *args: Any, repeats: int = 30, warmup: int = 3) -> list[dict[str, Any]]:
@@ -121,19 +123,19 @@ class CompiledGraph:
         fn.argtypes, fn.restype = [ctypes.c_void_p] * 5, None
         return fn
 
-    def _prepare(self, args: Sequence[Any]) -> tuple[list[np.ndarray], Any, Any]:
-        """Checks ``args`` and returns the fresh outputs and the input and output pointer tables."""
+    def _prepare(self, args: Sequence[Any], keep: list[Any]) -> tuple[list[np.ndarray], Any, Any]:
+        """Checks ``args`` and returns the fresh outputs and the input and output pointer tables;
+        what must stay alive while the pointers are used goes to ``keep``."""
         if len(args) != len(self.inputs):
             names = ", ".join(i["name"] for i in self.inputs)
             raise ArgumentError(f"the compiled graph takes {len(self.inputs)} input(s) ({names}), got {len(args)}")
-        keep, ptrs = [], []
+        ptrs = []
         for spec, a in zip(self.inputs, args):
             keep.append(a)
             ptrs.append(self._input_pointer(spec, a, keep))
         outs = [aligned_empty(o["shape"], _np_dtype(o["dtype"])) for o in self.outputs]
         ins = (ctypes.c_void_p * max(len(ptrs), 1))(*ptrs)
         outp = (ctypes.c_void_p * max(len(outs), 1))(*[o.ctypes.data for o in outs])
-        self._keep = keep  # the inputs' keep-alives live until the next call
         return outs, ins, outp
 
     def _finish(self, args: Sequence[Any], outs: list[np.ndarray]) -> Any:

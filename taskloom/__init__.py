@@ -38,7 +38,8 @@ def build(functions: "Function | IRModule | Sequence[Function]", target: CpuTarg
 
 
 def compile(model: Any, example_inputs: Any = None, target: CpuTarget | str | None = None, *,  # noqa: A001
-            tune: int = 0, fuse: bool = True, optimize: bool = True, verbose: bool = False) -> "CompiledGraph":
+            tune: int = 0, fuse: bool = True, optimize: bool = True, verbose: bool = False,
+            budget: str | float | None = None) -> "CompiledGraph":
     """Compiles a model into one native function: graph passes, operators fused, every kernel
     and a launcher in one shared library, intermediates in one planned arena.
 
@@ -49,9 +50,11 @@ def compile(model: Any, example_inputs: Any = None, target: CpuTarget | str | No
         compiled = taskloom.compile(torch_model.eval(), (torch.randn(1, 3, 224, 224),))
 
     ``tune`` picks how template kernels (matmul, convolution) choose their schedule: 0 takes
-    the default for the target (or a record from an earlier tuning run), 1 measures a small
-    part of the schedule space, 2 all of it; measured results are kept in the tuning records
-    and reused by later compiles on this machine.
+    the analytic model's choice for the target (or a record from an earlier tuning run) and
+    measures nothing, 1 measures what the learned cost model ranks best (about a fifth of
+    the schedule space at most), 2 all of it; measured results are kept in the tuning
+    records and reused by later compiles on this machine. ``budget`` (``"2m"``, ``"90s"``
+    or seconds) bounds the tuning time: it stops with the best configs found so far.
     """
     from taskloom.compiler.graph_compiler import compile_graph
     from taskloom.graph import Graph
@@ -59,21 +62,22 @@ def compile(model: Any, example_inputs: Any = None, target: CpuTarget | str | No
         if example_inputs is not None:
             raise ArgumentError(f"compile(): a Graph takes no example_inputs (got {example_inputs!r}); "
                                 "pass the target by keyword: compile(graph, target=...)")
-        return compile_graph(model, target, tune=tune, fuse=fuse, optimize=optimize, verbose=verbose)
+        return compile_graph(model, target, tune=tune, fuse=fuse, optimize=optimize, verbose=verbose,
+                             budget=budget)
     kind = type(model).__module__.split(".")[0]
     if kind == "taskloom":
         raise ArgumentError(f"compile() takes a Graph, a torch module or an ONNX model; got a "
                             f"{type(model).__name__}, which is {'already compiled' if hasattr(model, 'save') else 'none of them'}")
     if isinstance(model, (str, os.PathLike)) or kind == "onnx":
         from taskloom.frontend.onnx import from_onnx
-        return from_onnx(model, target=target)
+        return from_onnx(model, target=target, tune=tune, budget=budget)
     if kind == "torch" or callable(model):
         if example_inputs is None:
             raise ArgumentError("compile(): a torch model needs example_inputs (a tensor or a tuple of tensors) "
                                 "to trace it")
         from taskloom.frontend.torch import compile_module
         inputs = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
-        return compile_module(model, tuple(inputs), target=target, tune=tune)
+        return compile_module(model, tuple(inputs), target=target, tune=tune, budget=budget)
     raise ArgumentError(f"compile() takes a Graph, a torch module or an ONNX model, got {type(model).__name__}")
 
 

@@ -28,12 +28,15 @@ def _nbytes(t: Tensor) -> int:
 
 
 def compile_graph(graph: Graph, target: CpuTarget | str | None = None, *, tune: int = 0, fuse: bool = True,
-                  optimize: bool = True, verbose: bool = False) -> CompiledGraph:
+                  optimize: bool = True, verbose: bool = False, budget: str | float | None = None) -> CompiledGraph:
     """Compiles ``graph`` for ``target`` (default: this machine) into one native function:
     graph passes (``optimize``), fusion (``fuse``), scheduling, memory planning, one build.
     The seconds each phase took are in ``meta["timings"]`` (passes, fusion, schedule with any
-    tuning, codegen, cc)."""
+    tuning, codegen, cc). With ``tune`` > 0, ``budget`` (``"2m"``, seconds) bounds the
+    tuning: each kernel gets a share of what is left and keeps the best config so far."""
     started = time.perf_counter()
+    from taskloom.tune.tuner import Budget
+    clock = Budget(budget)  # checks the budget before any work
     if tune not in (0, 1, 2):
         raise TaskloomError(f"compile(): tune={tune!r} is not a tuning level; use 0 (defaults), 1 (a small "
                             "search) or 2 (the whole schedule space)")
@@ -82,7 +85,8 @@ def compile_graph(graph: Graph, target: CpuTarget | str | None = None, *, tune: 
     phase = time.perf_counter()
     functions, calls, kernels = [], [], []
     for g, group in enumerate(groups):
-        fn = schedule(group.task, tgt, name=f"k{g}_{group.name}", tune=tune)
+        deadline = clock.deadline(tasks_left=len(groups) - g) if budget is not None else None
+        fn = schedule(group.task, tgt, name=f"k{g}_{group.name}", tune=tune, deadline=deadline)
         if len(fn.params) != len(group.inputs) + len(group.outputs):
             raise TaskloomError(f"kernel {fn.name} has symbolic sizes; compiled graphs need static shapes")
         functions.append(fn)

@@ -49,16 +49,25 @@ class FallbackWarning(UserWarning):
 class Options:
     """The backend's options: ``target`` (a :class:`~taskloom.target.CpuTarget` or a string such
     as ``"cpu -isa=avx2"``; None is this machine), ``tune`` (0: predict schedules without
-    measuring, 1: measure the best predicted, 2: measure the whole space) and ``fallback``
-    (run graphs taskloom cannot compile in eager PyTorch instead of raising)."""
+    measuring, 1: measure the best predicted, 2: measure the whole space), ``fallback``
+    (run graphs taskloom cannot compile in eager PyTorch instead of raising) and ``budget``
+    (a bound on each graph's tuning time: ``"2m"``, ``"90s"`` or seconds; None is none)."""
 
     target: Any = None
     tune: int = 0
     fallback: bool = False
+    budget: Any = None
 
     def __post_init__(self) -> None:
         if isinstance(self.tune, bool) or self.tune not in (0, 1, 2):
             raise FrontendError(f"taskloom backend: option 'tune'={self.tune!r} is not valid (valid: 0, 1, 2)")
+        if self.budget is not None:
+            from taskloom.errors import ArgumentError
+            from taskloom.tune.tuner import parse_budget
+            try:
+                parse_budget(self.budget)
+            except ArgumentError as e:
+                raise FrontendError(f"taskloom backend: option 'budget': {e}") from None
         if not isinstance(self.fallback, bool):
             raise FrontendError(f"taskloom backend: option 'fallback'={self.fallback!r} must be True or False")
         if self.target is not None and not isinstance(self.target, str) and not hasattr(self.target, "key"):
@@ -71,14 +80,15 @@ class Options:
         """Options from ``torch.compile(..., options={...})`` over ``defaults``;
         ``mode='max-autotune'`` means tune=2 unless ``options`` set it."""
         given = dict(options or {})
-        unknown = sorted(set(given) - {"target", "tune", "fallback"})
+        unknown = sorted(set(given) - {"target", "tune", "fallback", "budget"})
         if unknown:
             raise FrontendError(f"taskloom backend: unknown option(s) {', '.join(map(repr, unknown))} "
-                                "(valid: 'target', 'tune', 'fallback')")
+                                "(valid: 'target', 'tune', 'fallback', 'budget')")
         if mode is not None and mode.startswith("max-autotune") and "tune" not in given:
             given["tune"] = 2
         base = defaults or cls()
-        return cls(**{**{"target": base.target, "tune": base.tune, "fallback": base.fallback}, **given})
+        return cls(**{**{"target": base.target, "tune": base.tune, "fallback": base.fallback,
+                         "budget": base.budget}, **given})
 
 
 def _is_runtime_input(node: torch.fx.Node, value: Any) -> bool:
@@ -211,7 +221,8 @@ class CompiledFunction:
         conversion = convert(aten_gm, args, self._is_input, self._names)
         compiled = None
         if conversion.graph is not None:
-            compiled = compile_graph(conversion.graph, target=self.options.target, tune=self.options.tune)
+            compiled = compile_graph(conversion.graph, target=self.options.target, tune=self.options.tune,
+                                     budget=self.options.budget)
         self.aten_graph, self.graph, self.compiled_graph = aten_gm, conversion.graph, compiled
         return _Program(conversion, compiled, self._state(args))
 
@@ -234,8 +245,8 @@ class Backend:
 
     __name__ = "taskloom"  # how dynamo names the backend in its messages
 
-    def __init__(self, *, target: Any = None, tune: int = 0, fallback: bool = False):
-        self.options = Options(target, tune, fallback)
+    def __init__(self, *, target: Any = None, tune: int = 0, fallback: bool = False, budget: Any = None):
+        self.options = Options(target, tune, fallback, budget)
         self.compiled: list[CompiledFunction] = []
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
@@ -255,18 +266,20 @@ class Backend:
 def taskloom_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
                      options: Mapping[str, Any] | None = None, mode: str | None = None) -> Callable:
     """The ``torch_dynamo_backends`` entry point named ``"taskloom"``: compiles one dynamo graph.
-    ``options`` (from ``torch.compile(..., options={...})``) may set ``target``, ``tune`` and
-    ``fallback`` (see :class:`Options`)."""
+    ``options`` (from ``torch.compile(..., options={...})``) may set ``target``, ``tune``,
+    ``fallback`` and ``budget`` (see :class:`Options`)."""
     opts = Options.parse(options, mode)
-    return Backend(target=opts.target, tune=opts.tune, fallback=opts.fallback)(gm, example_inputs)
+    return Backend(target=opts.target, tune=opts.tune, fallback=opts.fallback,
+                   budget=opts.budget)(gm, example_inputs)
 
 
-def compile_module(model: Any, example_inputs: tuple[Any, ...], *, target: Any = None, tune: int = 0) -> Any:
+def compile_module(model: Any, example_inputs: tuple[Any, ...], *, target: Any = None, tune: int = 0,
+                   budget: Any = None) -> Any:
     """``model`` traced on ``example_inputs`` into one :class:`~taskloom.runtime.CompiledGraph`
     (what ``taskloom.compile(model, example_inputs)`` returns): savable, called with the
     same inputs in order. The model must capture as one graph whose outputs it computes;
     for anything else (graph breaks, outputs that are inputs), use :func:`compile`."""
-    backend = Backend(target=target, tune=tune)
+    backend = Backend(target=target, tune=tune, budget=budget)
     try:
         traced = torch.compile(model, backend=backend, dynamic=False, fullgraph=True)
         with torch.inference_mode():
@@ -287,10 +300,10 @@ def compile_module(model: Any, example_inputs: tuple[Any, ...], *, target: Any =
 
 
 def compile(model: Any, *, target: Any = None, tune: int = 0, fallback: bool = False,  # noqa: A001
-            dynamic: bool | None = False, fullgraph: bool = False) -> Any:
-    """``torch.compile(model, backend=<taskloom>, options={target, tune, fallback})``: the model
+            dynamic: bool | None = False, fullgraph: bool = False, budget: Any = None) -> Any:
+    """``torch.compile(model, backend=<taskloom>, options={target, tune, fallback, budget})``: the model
     (or function) compiled by taskloom when first called. Shapes are static by default
     (``dynamic=False``); each new input shape compiles again."""
-    Options(target, tune, fallback)  # check the options now, not at the first call
+    Options(target, tune, fallback, budget)  # check the options now, not at the first call
     return torch.compile(model, backend=taskloom_backend, dynamic=dynamic, fullgraph=fullgraph,
-                         options={"target": target, "tune": tune, "fallback": fallback})
+                         options={"target": target, "tune": tune, "fallback": fallback, "budget": budget})

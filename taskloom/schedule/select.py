@@ -9,6 +9,8 @@ badly, such as a matrix-vector product -- goes to :func:`~taskloom.schedule.rule
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
+from typing import Callable
 
 from taskloom.ir import stmt as S
 from taskloom.ir.printer import expr_text
@@ -17,7 +19,7 @@ from taskloom.ir.dtypes import float32
 from taskloom.schedule.contraction import Contraction, match_contraction
 from taskloom.schedule.post_fusion import fuse_contraction, fused_arg_specs
 from taskloom.schedule.rule_based import schedule_task
-from taskloom.schedule.templates.matmul_cpu import MatmulConfig, default_config, matmul_program
+from taskloom.schedule.templates.matmul_cpu import MatmulConfig, matmul_program
 from taskloom.target.cpu import CpuTarget
 
 
@@ -28,32 +30,58 @@ def template_serves(con: Contraction, target: CpuTarget) -> bool:
     return con.M >= 2 and con.N >= target.vector_lanes(float32) // 2 and con.K >= 2
 
 
-def workload_key(con: Contraction) -> str:
-    """The tuning record key of a fused contraction: its sizes, and a digest of what its
-    prologue reads and its epilogue computes (a conv's window packs slower than a matrix)."""
+def workload_key(con: Contraction, pack: tuple[float, float]) -> str:
+    """The tuning record key of a fused contraction: its sizes, the cost of packing its
+    operands (which the cost model reads back), and a digest of what its prologue reads and
+    its epilogue computes (a conv's window packs slower than a matrix)."""
+    a, b = pack
     text = f"{expr_text(con.a)}|{expr_text(con.b)}|{expr_text(con.epilogue)}"
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-    return "matmul_cpu/" + "x".join(str(d) for d in con.shape) + "/" + digest
+    return "matmul_cpu/" + "x".join(str(d) for d in con.shape) + f"/pack{a:g}+{b:g}/" + digest
 
 
-def choose_config(con: Contraction, target: CpuTarget, tune: int = 0) -> MatmulConfig:
-    """The config for ``con``: a tuning record if one exists, a measured search of the
-    fused kernel with ``tune`` > 0, else the target's default."""
-    workload = workload_key(con)
-    if tune == 0:
-        from taskloom.tune.tuner import recorded_config
-        best = recorded_config(con.shape, target, workload=workload)
-        return best if best is not None else default_config(con.shape, target)
-    from taskloom.tune.tuner import tune_matmul
+@dataclass(frozen=True)
+class Tunable:
+    """What tuning a fused contraction needs: its record key, its operands' pack costs, the
+    fused kernel of a config and the kernel's arguments."""
+
+    con: Contraction
+    workload: str
+    pack: tuple[float, float]
+    kernel: Callable[[MatmulConfig], S.Function]
+    args: list[tuple[tuple[int, ...], str]]
+
+
+def tunable(con: Contraction, target: CpuTarget) -> Tunable:
+    """The :class:`Tunable` of ``con`` on ``target``."""
+    from taskloom.tune.model import pack_costs
+    pack = pack_costs(con, target)
     fused = lambda c: fuse_contraction(matmul_program(con.shape, c, target, name="fused"), con)  # noqa: E731
-    return tune_matmul(con.shape, target, level=tune, kernel=fused, args=fused_arg_specs(con), workload=workload)
+    return Tunable(con, workload_key(con, pack), pack, fused, fused_arg_specs(con))
 
 
-def schedule(task: Task, target: CpuTarget, name: str | None = None, tune: int = 0) -> S.Function:
-    """The scheduled program of ``task`` (fused or not) for ``target``."""
+def choose_config(con: Contraction, target: CpuTarget, tune: int = 0, deadline: float | None = None) -> MatmulConfig:
+    """The config for ``con``: a tuning record if one exists, a measured search of the
+    fused kernel with ``tune`` > 0 (stopping at ``deadline``, a ``time.monotonic()``), else
+    the analytic model's top choice (nothing measured)."""
+    t = tunable(con, target)
+    if tune == 0:
+        from taskloom.tune.model import best_config
+        from taskloom.tune.tuner import recorded_config
+        best = recorded_config(con.shape, target, workload=t.workload)
+        return best if best is not None else best_config(con.shape, target, t.pack)
+    from taskloom.tune.tuner import tune_matmul
+    return tune_matmul(con.shape, target, level=tune, kernel=t.kernel, args=t.args, workload=t.workload,
+                       pack=t.pack, deadline=deadline)
+
+
+def schedule(task: Task, target: CpuTarget, name: str | None = None, tune: int = 0,
+             deadline: float | None = None) -> S.Function:
+    """The scheduled program of ``task`` (fused or not) for ``target``; tuning (``tune`` > 0)
+    stops at ``deadline``."""
     con = match_contraction(task)
     if con is not None and template_serves(con, target):
-        config = choose_config(con, target, tune)
+        config = choose_config(con, target, tune, deadline)
         program = matmul_program(con.shape, config, target, name=name or task.name)
         return fuse_contraction(program, con)
     return schedule_task(task, target, name)

@@ -23,7 +23,7 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from taskloom.backend.build import BuiltLibrary, build_library
 from taskloom.errors import TargetError, TaskloomError
@@ -50,7 +50,8 @@ class Measurement:
 
 
 def measure(functions: Sequence[Function], args: Sequence[tuple[tuple[int, ...], str]], target: CpuTarget,
-            *, timeout_s: float = 10.0, repeats: int = 10, progress: bool | str = True) -> list[Measurement]:
+            *, timeout_s: float = 10.0, repeats: int = 10, progress: bool | str = True,
+            on_result: Callable[[int, Measurement], None] | None = None) -> list[Measurement]:
     """Build and time each of ``functions`` (candidate kernels with one parameter list).
 
     ``args`` describes every parameter, in order, as (shape, dtype name); all must be
@@ -59,6 +60,8 @@ def measure(functions: Sequence[Function], args: Sequence[tuple[tuple[int, ...],
     candidate that fails to build, crashes the worker, or runs longer than ``timeout_s``
     (warm-up and repeats together) gets an error instead of a time. ``progress`` shows a
     bar on stderr (tqdm when installed) described by the string given, or "tuning".
+    ``on_result(index, measurement)`` is called as each candidate's result is known (so a
+    caller can record it before the others finish).
     """
     specs = _arg_specs(args)
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) \
@@ -72,8 +75,8 @@ def measure(functions: Sequence[Function], args: Sequence[tuple[tuple[int, ...],
         raise TargetError(f"cannot measure kernels built for {target.key()} on this machine "
                           f"({CpuTarget.host().key()}); measure for a target the host can run")
     functions = list(functions)
-    results: list[Measurement | None] = [None] * len(functions)
-    bar = _Progress(2 * len(functions), progress if isinstance(progress, str) else "tuning", bool(progress))
+    results = _Results(len(functions), on_result)
+    bar = Progress(2 * len(functions), progress if isinstance(progress, str) else "tuning", bool(progress))
     try:
         pending: list[_Candidate] = []
         for index, built in enumerate(_build_all(functions, target, bar)):
@@ -90,6 +93,19 @@ def measure(functions: Sequence[Function], args: Sequence[tuple[tuple[int, ...],
     finally:
         bar.close()
     return [r if r is not None else Measurement(None, "not measured") for r in results]
+
+
+class _Results(list):
+    """The measurements by candidate, telling ``on_result`` of each as it is set."""
+
+    def __init__(self, n: int, on_result: Callable[[int, Measurement], None] | None):
+        super().__init__([None] * n)
+        self.on_result = on_result
+
+    def __setitem__(self, index, value) -> None:  # type: ignore[override]
+        super().__setitem__(index, value)
+        if self.on_result is not None and value is not None:
+            self.on_result(index, value)
 
 
 # -- arguments and builds ----------------------------------------------------------------
@@ -111,7 +127,7 @@ def _arg_specs(args: Sequence[tuple[tuple[int, ...], str]]) -> list[dict[str, An
     return specs
 
 
-def _build_all(functions: list[Function], target: CpuTarget, bar: _Progress) -> list[BuiltLibrary | str]:
+def _build_all(functions: list[Function], target: CpuTarget, bar: Progress) -> list[BuiltLibrary | str]:
     """Each function built into its own library, or the error that stopped it."""
     jobs = max(1, min(target.num_cores or os.cpu_count() or 1, len(functions)))
     built: list[BuiltLibrary | str] = ["build: not built"] * len(functions)
@@ -159,7 +175,7 @@ class _Candidate:
 
 
 def _measure_all(pending: list[_Candidate], specs: list[dict[str, Any]], repeats: int, timeout_s: float,
-                 results: list[Measurement | None], bar: _Progress) -> None:
+                 results: list[Measurement | None], bar: Progress) -> None:
     """Time every candidate of ``pending``, a fresh worker after each one that fails it."""
     todo = deque(pending)
     while todo:
@@ -278,8 +294,9 @@ def _worker_env() -> dict[str, str]:
 
 # -- progress -----------------------------------------------------------------------------
 
-class _Progress:
-    """A tqdm bar on stderr, or without tqdm a line at each tenth; nothing when disabled."""
+class Progress:
+    """A tqdm bar on stderr, or without tqdm a line at each tenth; nothing when disabled.
+    ``postfix`` shows a short status after the bar (the best time so far)."""
 
     def __init__(self, total: int, desc: str, enabled: bool):
         self.total, self.desc, self.done = total, desc, 0
@@ -305,6 +322,10 @@ class _Progress:
         if tenths > self._tenths:
             self._tenths = tenths
             print(f"{self.desc}: {tenths * 10}% ({self.done}/{self.total})", file=sys.stderr, flush=True)
+
+    def postfix(self, text: str) -> None:
+        if self._bar is not None:
+            self._bar.set_postfix_str(text, refresh=False)
 
     def close(self) -> None:
         if self._bar is not None:

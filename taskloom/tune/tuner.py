@@ -1,31 +1,88 @@
 """The tuner: pick a template's config by measuring candidates, and remember the winner.
 
 - level 0 measures nothing: the best record for (workload, target) if an earlier run left
-  one, else the template's default for the target;
-- level 1 measures a small part of the space: the default and its neighbours (each knob
-  moved one step), about two dozen configs;
-- level 2 measures the whole space (at most ~200 configs).
+  one, else the analytic model's top choice (:mod:`taskloom.tune.model`);
+- level 1 measures what the learned cost model (:mod:`taskloom.tune.cost_model`, trained
+  on every record of this target, other tasks included) ranks best among the analytic
+  model's top :data:`POOL`, a batch at a time,
+  retraining after each batch, until a batch no longer improves the best and the analytic
+  model sees no gain left, or a fifth of the space is measured;
+- level 2 measures the whole space, most promising first by the analytic model.
 
 Every measurement, failures included, goes to the record database
-(:class:`~taskloom.tune.records.Records`), so a config is never measured twice for one
-workload on one machine, and a later compile at level 0 reuses the result.
+(:class:`~taskloom.tune.records.Records`) as soon as it is known, so a config is never
+measured twice for one workload on one machine, an interrupted run resumes where it
+stopped, and a later compile at level 0 reuses the result. A :class:`Budget` bounds the
+time of a whole compile: each task gets its share of what is left, and stops with the best
+so far when its share is spent.
 """
 from __future__ import annotations
 
+import math
+import re
+import time
 from typing import Callable, Sequence
 
-from taskloom.errors import TaskloomError
+from taskloom.errors import ArgumentError, TaskloomError
 from taskloom.ir.stmt import Function
-from taskloom.schedule.templates.matmul_cpu import (MatmulConfig, default_config, matmul_program,
-                                                    matmul_space)
+from taskloom.schedule.templates.matmul_cpu import MatmulConfig, matmul_program
 from taskloom.target.cpu import CpuTarget
-from taskloom.tune.measure import measure
+from taskloom.tune import model as analytic
+from taskloom.tune.measure import Measurement, Progress, measure
 from taskloom.tune.records import Records, config_key
+
+#: Configs measured together: enough to keep the builder's threads busy, few enough that a
+#: budget or the learned model's next ranking comes in often.
+BATCH = 8
+#: Level 1 measures at most this share of the candidates (and at least MIN_MEASURED).
+LEVEL1_SHARE, MIN_MEASURED = 0.2, 16
+#: Level 1 ranks the analytic model's best POOL configs with the learned model (featurizing
+#: a config lowers its program: the pool keeps that to seconds).
+POOL = 48
+#: A batch that improves the best by less than this has found no gain.
+GAIN = 0.01
 
 
 def matmul_workload(shape: tuple[int, int, int, int]) -> str:
     """The record key of a matmul of ``shape = (batch, M, N, K)``: ``matmul_cpu/1x128x768x768``."""
     return "matmul_cpu/" + "x".join(str(int(d)) for d in shape)
+
+
+class Budget:
+    """A time budget for a whole compile's tuning: ``Budget("2m")``, ``Budget(90)``.
+
+    >>> b = Budget("90s"); b.deadline(tasks_left=3)  # now + 30 s
+    """
+
+    def __init__(self, spec: str | float | int | None):
+        self.total_s = parse_budget(spec)
+        self.started = time.monotonic()
+
+    def left(self) -> float:
+        """Seconds left; infinite without a budget."""
+        return math.inf if self.total_s is None else max(0.0, self.total_s - (time.monotonic() - self.started))
+
+    def deadline(self, tasks_left: int = 1) -> float:
+        """The ``time.monotonic()`` by which the next task should stop: an even share of
+        what is left among ``tasks_left`` tasks (time a task does not use rolls over)."""
+        return time.monotonic() + self.left() / max(1, tasks_left)
+
+
+def parse_budget(spec: str | float | int | None) -> float | None:
+    """Seconds from ``"90s"``, ``"2m"``, ``"1.5h"`` or a number of seconds; None is no budget."""
+    if spec is None:
+        return None
+    if isinstance(spec, (int, float)) and not isinstance(spec, bool):
+        seconds = float(spec)
+    else:
+        m = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([smh]?)\s*", str(spec))
+        if not m:
+            raise ArgumentError(f"budget={spec!r} is not a duration; use seconds or a string such as "
+                                f"'90s', '2m' or '1h'")
+        seconds = float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ArgumentError(f"budget={spec!r} must be a positive duration")
+    return seconds
 
 
 def recorded_config(shape: tuple[int, int, int, int], target: CpuTarget,
@@ -39,79 +96,152 @@ def recorded_config(shape: tuple[int, int, int, int], target: CpuTarget,
     return MatmulConfig.from_dict(best) if best else None
 
 
-def neighbours(config: MatmulConfig, space: list[MatmulConfig]) -> list[MatmulConfig]:
-    """Configs of ``space`` that differ from ``config`` in one knob, by one step of that
-    knob's values in the space (the tile counts as one knob)."""
-    def steps(values: list, current) -> list:
-        vals = sorted(set(values) | {current})
-        k = vals.index(current)
-        return [v for v in (vals[k - 1] if k else None, vals[k + 1] if k + 1 < len(vals) else None) if v is not None]
-
-    d = config.to_dict()
-    out: list[MatmulConfig] = []
-    knobs = {"tile": lambda c: (c.mr, c.nv), "kc": lambda c: c.kc, "mc": lambda c: c.mc,
-             "nc": lambda c: c.nc, "grid": lambda c: (c.pm, c.pn)}
-    for name, get in knobs.items():
-        for v in steps([get(c) for c in space], get(config)):
-            if name == "tile":
-                cand = {**d, "mr": v[0], "nv": v[1]}
-            elif name == "grid":
-                cand = {**d, "pm": v[0], "pn": v[1]}
-            else:
-                cand = {**d, name: v}
-            out.append(MatmulConfig.from_dict(cand))
-    return out
+def candidates(shape: tuple[int, int, int, int], target: CpuTarget,
+               pack: tuple[float, float] = analytic.DEFAULT_PACK) -> list[MatmulConfig]:
+    """Every config of the space the analytic model does not reject, most promising first."""
+    return [c for c, _ in analytic.rank(shape, target, pack=pack)]
 
 
-def candidates(shape: tuple[int, int, int, int], target: CpuTarget, level: int) -> list[MatmulConfig]:
-    """The configs level ``level`` measures, the default first."""
-    base = default_config(shape, target)
-    space = matmul_space(target)
-    if level >= 2:
-        picked = [base, *space]
-    else:
-        picked = [base, *neighbours(base, space)]
-        # and the space's own tiles at the default blocking, so level 1 sees every tile shape
-        picked += [MatmulConfig.from_dict({**base.to_dict(), "mr": c.mr, "nv": c.nv}) for c in space]
-    seen, out = set(), []
-    for c in picked:
-        key = config_key(c.to_dict())
-        if key not in seen and c.mr * c.nv + c.nv + 1 <= target.num_vector_registers:
-            seen.add(key)
-            out.append(c)
-    return out
+def _repeats(predicted_s: float) -> int:
+    """Timed calls per candidate: about half a second of them, 3 to 10."""
+    return int(min(10, max(3, 0.5 / max(predicted_s, 1e-9))))
 
 
 def tune_matmul(shape: tuple[int, int, int, int], target: CpuTarget, level: int = 1,
                 records: Records | None = None, progress: bool = True, timeout_s: float = 10.0,
                 kernel: Callable[[MatmulConfig], Function] | None = None,
                 args: Sequence[tuple[tuple[int, ...], str]] | None = None,
-                workload: str | None = None) -> MatmulConfig:
+                workload: str | None = None, pack: tuple[float, float] = analytic.DEFAULT_PACK,
+                deadline: float | None = None,
+                measurer: Callable[..., list[Measurement]] | None = None) -> MatmulConfig:
     """The fastest config of the matmul template for ``shape = (batch, M, N, K)`` on
     ``target``, measuring what level ``level`` asks for that the records do not hold yet.
 
     By default the plain template is measured. A fused group passes ``kernel`` (config ->
-    its fused kernel), the kernel's ``args`` and its own ``workload`` key, so what is timed
-    includes its prologue (an img2col window costs more to pack than a matrix) and epilogue.
+    its fused kernel), the kernel's ``args``, its own ``workload`` key and its operands'
+    ``pack`` costs, so what is timed includes its prologue and epilogue. Measuring stops at
+    ``deadline`` (a ``time.monotonic()`` value) with the best so far; ``measurer`` stands in
+    for :func:`~taskloom.tune.measure.measure` in tests.
     """
     if level not in (1, 2):
         raise TaskloomError(f"tune_matmul(): level must be 1 or 2, got {level!r}")
     records = records or Records.default()
     workload, tkey = workload or matmul_workload(shape), target.key()
-    known = records.results(workload, tkey)
-    todo = [c for c in candidates(shape, target, level) if config_key(c.to_dict()) not in known]
-    if todo:
+    if kernel is None:
         Bt, M, N, K = shape
-        if kernel is None:
-            args = [((Bt, M, K), "float32"), ((Bt, K, N), "float32"), ((Bt, M, N), "float32")]
-            kernel = lambda c: matmul_program(shape, c, target, name="matmul")  # noqa: E731
-        fns = [kernel(c) for c in todo]
-        results = measure(fns, args or [], target, timeout_s=timeout_s,
-                          progress=f"tuning matmul {'x'.join(map(str, shape))}" if progress else False)
-        for c, r in zip(todo, results):
-            records.add(workload, tkey, c.to_dict(), r.seconds, r.error)
+        args = [((Bt, M, K), "float32"), ((Bt, K, N), "float32"), ((Bt, M, N), "float32")]
+        kernel = lambda c: matmul_program(shape, c, target, name="matmul")  # noqa: E731
+    ranked = analytic.rank(shape, target, pack=pack)
+    if not ranked:
+        raise TaskloomError(f"tuning matmul {shape}: the analytic model rejects every config of the space")
+    space = [c for c, _ in ranked]
+    repeats = _repeats(ranked[0][1].seconds)
+    search = _Search(shape, target, records, workload, space, level, pack)
+    name = f"tuning {workload}" if progress else False
+    bar = Progress(search.planned(), name or "", bool(progress))
+    try:
+        while not search.done():
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            batch = search.next_batch()
+            if not batch:
+                break
+
+            def record(index: int, m: Measurement, batch: list[MatmulConfig] = batch) -> None:
+                records.add(workload, tkey, batch[index].to_dict(), m.seconds, m.error)
+                search.seen(batch[index], m)
+                bar.update()
+                if search.best_s is not None:
+                    bar.postfix(f"best {search.best_s * 1e3:.3f} ms")
+
+            (measurer or measure)([kernel(c) for c in batch], args or [], target, timeout_s=timeout_s, repeats=repeats,
+                     progress=False, on_result=record)
+            search.batch_done()
+    finally:
+        bar.close()
     best = records.best(workload, tkey)
     if best is None:
-        raise TaskloomError(f"tuning matmul {shape}: every candidate failed to build or run; see "
+        raise TaskloomError(f"tuning matmul {shape}: every candidate measured failed to build or run; see "
                             f"the records in {records.path}")
     return MatmulConfig.from_dict(best)
+
+
+class _Search:
+    """Which configs to measure next, and when to stop (see the module docstring)."""
+
+    def __init__(self, shape: tuple[int, int, int, int], target: CpuTarget, records: Records, workload: str,
+                 space: list[MatmulConfig], level: int, pack: tuple[float, float]):
+        self.shape, self.target, self.records, self.workload = shape, target, records, workload
+        self.space, self.level, self.pack = space, level, pack
+        known = records.results(workload, target.key())
+        self.measured = {config_key(c.to_dict()): known[config_key(c.to_dict())]
+                         for c in space if config_key(c.to_dict()) in known}
+        ok = [s for s, e in self.measured.values() if s is not None and e is None]
+        self.best_s: float | None = min(ok) if ok else None
+        self._batch_start_best = self.best_s
+        # a level-1 search that measured MIN_MEASURED points already ran to its end (it
+        # stops no earlier); fewer is an interrupted one, which goes on
+        self.stalled = level == 1 and len(self.measured) >= MIN_MEASURED
+        self.limit = len(space) if level >= 2 else max(MIN_MEASURED, math.ceil(LEVEL1_SHARE * len(space)))
+        self._ranker = None
+        self._order = list(space) if level >= 2 else list(space[:POOL])  # the analytic order
+        if level == 1:
+            self._learn()
+
+    def planned(self) -> int:
+        return max(0, min(self.limit, len(self._order)) - len(self.measured))
+
+    def todo(self) -> list[MatmulConfig]:
+        return [c for c in self._order if config_key(c.to_dict()) not in self.measured]
+
+    def done(self) -> bool:
+        return not self.todo() or len(self.measured) >= self.limit or self.stalled
+
+    def next_batch(self) -> list[MatmulConfig]:
+        return self.todo()[:min(BATCH, self.limit - len(self.measured))]
+
+    def seen(self, c: MatmulConfig, m: Measurement) -> None:
+        self.measured[config_key(c.to_dict())] = (m.seconds, m.error)
+        if m.ok and (self.best_s is None or m.seconds < self.best_s):  # type: ignore[operator]
+            self.best_s = m.seconds
+
+    def batch_done(self) -> None:
+        if self.level != 1:
+            return
+        before, self._batch_start_best = self._batch_start_best, self.best_s
+        improved = before is None or (self.best_s is not None and self.best_s < before * (1 - GAIN))
+        if not improved and len(self.measured) >= MIN_MEASURED and not self._gain_left():
+            self.stalled = True
+            return
+        self._learn()
+
+    def _gain_left(self) -> bool:
+        """Whether the analytic model, scaled to this task's measurements, still sees an
+        unmeasured config beating the best by more than GAIN."""
+        if self.best_s is None:
+            return True
+        pairs = [(s, analytic.predict(self.shape, c, self.target, pack=self.pack).seconds)
+                 for c in self.space if (s := self.measured.get(config_key(c.to_dict()), (None, None))[0])]
+        if not pairs:
+            return True
+        scale = sorted(s / p for s, p in pairs)[len(pairs) // 2]
+        todo = self.todo()[:BATCH]
+        return any(analytic.predict(self.shape, c, self.target, pack=self.pack).seconds * scale
+                   < self.best_s * (1 - GAIN) for c in todo)
+
+    def _learn(self) -> None:
+        """Re-rank what is left with the cost model trained on every record of the target."""
+        from taskloom.tune import cost_model
+        if cost_model.load_ranker() is None:
+            return  # the analytic order stands
+        cache = cost_model.FeatureCache(self.records)
+        data = cost_model.training_set(self.records, self.target, cache=cache)
+        if not data.groups:
+            return
+        model = cost_model.CostModel().fit(data)
+        todo = self.todo()
+        if not todo:
+            return
+        X = cache.get_many([(self.shape, self.pack, c) for c in todo], self.target)
+        scores = model.scores(X)
+        self._order = [todo[i] for i in sorted(range(len(todo)), key=lambda i: -scores[i])]

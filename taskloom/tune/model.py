@@ -1,0 +1,220 @@
+"""The analytic performance model: a matmul-template config's time from the config and
+the hardware alone, with nothing built or run.
+
+``tune=0`` builds only the model's top choice (:func:`best_config`). The model follows the
+template's loop nest (:mod:`taskloom.schedule.templates.matmul_cpu`) for the busiest core
+of the ``PM x PN`` grid, as Roller prices an rTile by the traffic of each memory level:
+
+- **micro-kernel**: each call does ``kn`` rank-1 updates of an ``MR x NV``-vector tile. A
+  step costs the larger of its FMAs (two FMA ports) and its loads (``NV`` vectors of B and
+  ``MR`` broadcasts of A, two load ports), at the per-core FMA rate the probe measured with
+  every core busy; a call adds the accumulators' set-up and stores. Padded rows and columns
+  at the edges (a 2039 matrix in 6-row tiles computes 2040 rows) are computed, so they cost.
+- **traffic**: the B panel (``KC x NR``) is reused by every row tile; when it does not fit
+  L1 it streams from L2 on every call. The A micro-panel streams from L2 on every call.
+  When the B block (``KC x NC``) does not fit L2 it comes back from L3 for every block of
+  rows. Each call takes the longest of its compute and its streams (they overlap).
+- **packing**: every element of A is packed once per column block, of B once per band; a
+  packed element costs its reads from wherever the operand lives (L2, L3 or DRAM, sized
+  by the operand against the caches, DRAM shared by the busy cores) and the copy itself,
+  which is cheap for a contiguous vector copy and about a cycle per element for a prologue
+  that packs lane by lane (a 3x3 convolution's window: :func:`pack_costs`).
+- **balance**: the busiest core's band is what counts; a grid with idle cores or ragged
+  bands predicts slower.
+
+Rejected before anything is built: tiles that need more vector registers than the target
+has, an A block or B panel larger than L2. A B panel larger than L1 is priced (its L2
+stream), not rejected: on a 48 KiB L1 the 6 x 4-vector tile with KC = 384 (a 96 KiB panel)
+measured fastest, the L2 keeping up with a prefetched stream.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+from taskloom.ir import expr as E
+from taskloom.ir.dtypes import float32
+from taskloom.schedule.templates.matmul_cpu import MatmulConfig, default_config, matmul_space
+from taskloom.target.cpu import CpuTarget
+from taskloom.target.probe import HardwareProfile, profile_for
+
+#: Vector FMA and load ports per core: two of each on every AVX2 and AVX-512 core we target.
+FMA_PORTS, LOAD_PORTS = 2, 2
+#: Cycles a micro-kernel call spends outside its k loop besides the accumulators: loop and
+#: address set-up, the branch on the K block.
+CALL_OVERHEAD_CYCLES = 12
+#: Cycles per packed vector of L elements when the prologue vectorizes into a plain
+#: contiguous copy (a load and a store) and, per lane, when it goes lane by lane (about a
+#: cycle an element, measured on a 3x3 convolution's window).
+VECTOR_COPY_CYCLES = 2.0
+LANE_COPY_CYCLES = 1.0
+#: Pack costs of a plain matmul's operands: both copies vectorize.
+DEFAULT_PACK = (VECTOR_COPY_CYCLES, VECTOR_COPY_CYCLES)
+#: A fork-join of the parallel region.
+PARALLEL_OVERHEAD_S = 3e-6
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The predicted seconds of one config, what they are made of, or why it is rejected."""
+
+    seconds: float
+    parts: dict[str, float] = field(default_factory=dict)
+    rejected: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.rejected is None
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _round_up(x: int, m: int) -> int:
+    return _cdiv(x, m) * m
+
+
+def _blocks(extent: int, block: int) -> list[int]:
+    """The sizes of ``extent`` cut into ``block``-sized pieces."""
+    return [min(block, extent - s) for s in range(0, extent, block)]
+
+
+def predict(shape: tuple[int, int, int, int], config: MatmulConfig, target: CpuTarget,
+            profile: HardwareProfile | None = None, pack: tuple[float, float] = DEFAULT_PACK) -> Prediction:
+    """The predicted seconds of the matmul template running ``shape = (Bt, M, N, K)`` with
+    ``config`` on ``target``. ``pack`` is the cost in cycles of packing one vector of A and
+    of B (see :func:`pack_costs`); ``profile`` defaults to the target's probe or estimate.
+
+    >>> predict((1, 512, 512, 512), default_config((1, 512, 512, 512), t), t).seconds
+    """
+    p = profile or profile_for(target)
+    Bt, M, N, K = (int(x) for x in shape)
+    c = config
+    L = target.vector_lanes(float32)
+    MR, NV, NR = c.mr, c.nv, c.nv * L
+    regs = MR * NV + NV + 1
+    if regs > target.num_vector_registers:
+        return Prediction(float("inf"), rejected=f"the {MR}x{NV} tile needs {regs} vector registers, "
+                                                 f"the target has {target.num_vector_registers}")
+    P = c.pm * c.pn
+    if P > target.num_cores:
+        return Prediction(float("inf"), rejected=f"a {c.pm}x{c.pn} grid needs {P} cores, the target has "
+                                                 f"{target.num_cores}")
+    BAND_M, BAND_N = _round_up(_cdiv(M, c.pm), MR), _round_up(_cdiv(N, c.pn), NR)
+    MC, NC = min(_round_up(c.mc, MR), BAND_M), min(_round_up(c.nc, NR), BAND_N)
+    KC = min(c.kc, K)
+    a_block, b_panel, b_block = MC * KC * 4, KC * NR * 4, KC * NC * 4
+    if a_block > target.l2_bytes:
+        return Prediction(float("inf"), rejected=f"the {MC}x{KC} block of A ({a_block} B) overflows L2 "
+                                                 f"({target.l2_bytes} B)")
+    if b_panel > target.l2_bytes:
+        return Prediction(float("inf"), rejected=f"the {KC}x{NR} panel of B ({b_panel} B) overflows L2")
+
+    # the busiest core: the first band of each axis is full-sized
+    rows, cols = min(BAND_M, M), min(BAND_N, N)
+    busy = _cdiv(M, BAND_M) * _cdiv(N, BAND_N)
+    row_tiles = sum(_cdiv(mm, MR) for mm in _blocks(rows, MC))
+    col_blocks = _blocks(cols, NC)
+    col_tiles = sum(_cdiv(nn, NR) for nn in col_blocks)
+    k_blocks = _blocks(K, KC)
+
+    # seconds per cycle at the all-core FMA rate: FMA_PORTS vector FMAs of L lanes per cycle
+    per_core_flops = p.fma_gflops_all * 1e9 / max(1, target.num_cores)
+    cycle = 2 * L * FMA_PORTS / per_core_flops
+    l1, l2 = p.l1_gbs * 1e9, p.l2_gbs * 1e9
+    l3 = p.l3_gbs * 1e9 / max(1, busy)
+    mem = min(p.mem_gbs, busy * p.mem_gbs_core) * 1e9 / busy
+
+    def source_bandwidth(nbytes: int) -> float:
+        """Where an operand of ``nbytes`` is read from when packed."""
+        if nbytes <= target.l2_bytes // 2:
+            return l2
+        if nbytes * busy <= target.l3_bytes // 2:
+            return l3
+        return mem
+
+    step_cycles = max(MR * NV / FMA_PORTS, (MR + NV) / LOAD_PORTS)
+    call_cycles = CALL_OVERHEAD_CYCLES + 2 * MR * NV / LOAD_PORTS  # accumulators in and out
+    b_from_l2 = b_panel > target.l1d_bytes
+    kernel = 0.0
+    for kn in k_blocks:
+        compute = (kn * step_cycles + call_cycles) * cycle
+        l2_bytes = 4 * kn * (MR + (NR if b_from_l2 else 0))
+        l1_bytes = 4 * kn * (MR + NR)
+        kernel += max(compute, l2_bytes / l2, l1_bytes / l1)
+    kernel *= Bt * row_tiles * col_tiles
+    # B blocks that do not fit L2 come back from L3 for every block of rows
+    refetch = 0.0
+    if b_block > target.l2_bytes // 2:
+        refetch = Bt * len(_blocks(rows, MC)) * K * col_tiles * NR * 4 / l3
+    # packing: each element of A once per block of columns, of B once per band
+    a_elems = Bt * len(col_blocks) * K * row_tiles * MR
+    b_elems = Bt * K * col_tiles * NR
+    a_src = source_bandwidth(M * K * 4)
+    b_src = source_bandwidth(K * N * 4)
+    pack_a = a_elems * pack[0] * cycle / L + a_elems * 4 / a_src
+    pack_b = b_elems * pack[1] * cycle / L + b_elems * 4 / b_src
+    parts = {"kernel": kernel, "refetch": refetch, "pack_a": pack_a, "pack_b": pack_b,
+             "overhead": PARALLEL_OVERHEAD_S}
+    return Prediction(sum(parts.values()), parts)
+
+
+def pack_costs(con, target: CpuTarget) -> tuple[float, float]:
+    """Cycles per vector of packing A and B for the fused contraction ``con``: a vector
+    copy's share when its prologue vectorizes along the copy, about a cycle per element
+    when it goes lane by lane (as post-scheduling fusion would emit it)."""
+    from taskloom.schedule.vectorize import vectorize_expr
+    L = target.vector_lanes(float32)
+
+    def cost(expr: E.Expr, along: E.Var) -> float:
+        start = E.Var("pack_start", along.type)
+        vector = vectorize_expr(expr, along, start, L, None)
+        if vector is None:
+            return LANE_COPY_CYCLES * L
+        if isinstance(vector, E.VectorLoad) and vector.stride == 1:
+            return VECTOR_COPY_CYCLES
+        # computed or gathered lanes: a gather costs about a cycle per lane
+        gathers = isinstance(vector, E.VectorLoad) or any(
+            isinstance(n, E.VectorLoad) and n.stride != 1 for n in _nodes(vector))
+        return VECTOR_COPY_CYCLES + (LANE_COPY_CYCLES * L / 2 if gathers else VECTOR_COPY_CYCLES)
+
+    return cost(con.a, con.vk), cost(con.b, con.vn)
+
+
+def _nodes(e: E.Expr):
+    from taskloom.ir.functor import collect
+    return collect(e, E.VectorLoad)
+
+
+def candidates(shape: tuple[int, int, int, int], target: CpuTarget) -> list[MatmulConfig]:
+    """The configs the model ranks: the target's space and the shape's default."""
+    seen, out = set(), []
+    for c in (default_config(shape, target), *matmul_space(target)):
+        if c not in seen:
+            seen.add(c)
+            out.append(c)
+    return out
+
+
+def rank(shape: tuple[int, int, int, int], target: CpuTarget, configs: list[MatmulConfig] | None = None,
+         pack: tuple[float, float] = DEFAULT_PACK,
+         profile: HardwareProfile | None = None) -> list[tuple[MatmulConfig, Prediction]]:
+    """``configs`` (default: :func:`candidates`) with their predictions, fastest first;
+    rejected configs are left out."""
+    profile = profile or profile_for(target)
+    scored = [(c, predict(shape, c, target, profile, pack)) for c in (configs or candidates(shape, target))]
+    return sorted((s for s in scored if s[1].ok), key=lambda s: s[1].seconds)
+
+
+@functools.lru_cache(maxsize=4096)
+def _best(shape: tuple[int, int, int, int], target: CpuTarget, pack: tuple[float, float],
+          profile: HardwareProfile) -> MatmulConfig:
+    ranked = rank(shape, target, pack=pack, profile=profile)
+    return ranked[0][0] if ranked else default_config(shape, target)
+
+
+def best_config(shape: tuple[int, int, int, int], target: CpuTarget,
+                pack: tuple[float, float] = DEFAULT_PACK) -> MatmulConfig:
+    """The model's top choice for ``shape`` on ``target``: what ``tune=0`` builds."""
+    return _best(tuple(int(x) for x in shape), target, pack, profile_for(target))

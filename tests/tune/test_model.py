@@ -1,0 +1,131 @@
+"""The analytic model: predictions behave where the answer is obvious, and tune=0 builds its pick."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import taskloom
+from taskloom import ops
+from taskloom.graph import Graph, input
+from taskloom.schedule.templates.matmul_cpu import MatmulConfig, default_config, matmul_space
+from taskloom.target.cpu import CpuTarget
+from taskloom.target.probe import estimate
+from taskloom.tune import model
+
+AVX512 = CpuTarget("test-avx512", 4, frozenset({"sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw",
+                                                "avx512vl", "avx512dq"}), 48 * 1024, 2 * 1024 * 1024,
+                   32 * 1024 * 1024)
+AVX2 = AVX512.with_isa("avx2")
+PROFILE = estimate(AVX512)
+shapes = st.tuples(st.integers(1, 2), st.integers(1, 700), st.integers(1, 700), st.integers(1, 700))
+
+
+def predict(shape, config, target=AVX512, **kw):
+    return model.predict(shape, config, target, PROFILE, **kw)
+
+
+@settings(max_examples=40, deadline=None)
+@given(shapes)
+def test_more_traffic_never_predicts_faster(shape):
+    """Dearer packing, slower memory or a slower core never make a config faster."""
+    c = default_config(shape, AVX512)
+    base = predict(shape, c).seconds
+    assert predict(shape, c, pack=(16.0, 16.0)).seconds >= base
+    slow_mem = dataclasses.replace(PROFILE, mem_gbs=PROFILE.mem_gbs / 4, mem_gbs_core=PROFILE.mem_gbs_core / 4,
+                                   l3_gbs=PROFILE.l3_gbs / 4, l2_gbs=PROFILE.l2_gbs / 4)
+    assert model.predict(shape, c, AVX512, slow_mem).seconds >= base
+    slow_core = dataclasses.replace(PROFILE, fma_gflops_all=PROFILE.fma_gflops_all / 2)
+    assert model.predict(shape, c, AVX512, slow_core).seconds >= base
+
+
+@settings(max_examples=30, deadline=None)
+@given(shapes)
+def test_bigger_problems_predict_slower(shape):
+    c = default_config(shape, AVX512)
+    Bt, M, N, K = shape
+    assert predict((Bt, M, N, K + 64), c).seconds >= predict(shape, c).seconds
+    assert predict((Bt + 1, M, N, K), c).seconds > predict(shape, c).seconds
+
+
+def test_padding_costs():
+    """A 2039 matrix in 6-row tiles computes 2040 rows; 2041 rows compute 2046."""
+    c = MatmulConfig(6, 4, 384, 672, 4096, 1, 1)
+    a = predict((1, 2040, 2048, 512), c).parts["kernel"]
+    b = predict((1, 2041, 2048, 512), c).parts["kernel"]
+    assert b == pytest.approx(a * 341 / 340, rel=1e-6)
+
+
+def test_overflowing_configs_are_rejected():
+    shape = (1, 512, 512, 512)
+    regs = predict(shape, MatmulConfig(14, 4, 128, 128, 1024, 1, 1))
+    assert not regs.ok and "registers" in regs.rejected
+    assert predict(shape, MatmulConfig(6, 2, 128, 128, 1024, 1, 1), AVX2).ok  # 15 of 16 regs fit ...
+    assert not predict(shape, MatmulConfig(7, 2, 128, 128, 1024, 1, 1), AVX2).ok  # ... 17 do not
+    l2 = predict((1, 4096, 512, 4096), MatmulConfig(6, 4, 512, 4096, 1024, 1, 1))  # 8 MiB of A
+    assert not l2.ok and "L2" in l2.rejected
+    cores = predict(shape, MatmulConfig(6, 4, 128, 128, 1024, 4, 2))
+    assert not cores.ok and "cores" in cores.rejected
+    assert all(c not in {r for r, _ in model.rank(shape, AVX512, profile=PROFILE)}
+               for c in [MatmulConfig(14, 4, 128, 128, 1024, 1, 1)])
+
+
+def test_a_panel_past_l1_streams_from_l2():
+    """A B panel larger than L1 is priced by its L2 stream, not rejected."""
+    shape = (1, 512, 512, 2048)
+    fits = predict(shape, MatmulConfig(6, 4, 128, 336, 1024, 1, 1))
+    spills = predict(shape, MatmulConfig(6, 4, 512, 336, 1024, 1, 1))
+    assert fits.ok and spills.ok
+
+
+def test_idle_cores_predict_slower():
+    """Splitting 8 rows over 4 cores leaves most idle; splitting 4096 columns does not."""
+    shape = (1, 8, 4096, 256)
+    rows = predict(shape, MatmulConfig(4, 4, 256, 64, 1024, 4, 1)).seconds
+    cols = predict(shape, MatmulConfig(4, 4, 256, 64, 1024, 1, 4)).seconds
+    assert cols < rows
+
+
+def test_rank_orders_and_best_config_is_its_head():
+    shape = (1, 128, 768, 768)
+    ranked = model.rank(shape, AVX512, profile=PROFILE)
+    times = [p.seconds for _, p in ranked]
+    assert times == sorted(times) and len(ranked) > 10
+    assert all(p.ok for _, p in ranked)
+
+
+def test_pack_costs_follow_the_prologue():
+    """A plain matmul copies vectors; a 3x3 convolution's window packs lane by lane."""
+    from taskloom.graph.fusion import fuse_graph
+    from taskloom.schedule.contraction import match_contraction
+    a, b = input((64, 32), name="a"), input((32, 48), name="b")
+    (g,) = fuse_graph(Graph([a, b], [ops.matmul(a, b)]))
+    assert model.pack_costs(match_contraction(g.task), AVX512) == model.DEFAULT_PACK
+    x = input((1, 8, 12, 12), name="x")
+    w = taskloom.asarray(np.ones((16, 8, 3, 3), np.float32))
+    (g,) = fuse_graph(Graph([x], [ops.conv2d(x, w, padding=1)]))
+    pa, pb = model.pack_costs(match_contraction(g.task), AVX512)
+    assert pb > model.VECTOR_COPY_CYCLES
+
+
+def test_tune0_builds_the_model_pick(tmp_path, monkeypatch):
+    monkeypatch.setenv("TASKLOOM_CACHE_DIR", str(tmp_path))
+    from taskloom.target import host_target
+    T = host_target()
+    x, y = input((96, 200), name="x"), input((200, 160), name="y")
+    c = taskloom.compile(Graph([x, y], [ops.matmul(x, y)]))
+    pick = model.best_config((1, 96, 160, 200), T)
+    assert c.meta["kernels"][0]["schedule"] == f"matmul_cpu: {pick}"
+    a = np.random.default_rng(0).standard_normal((96, 200), dtype=np.float32)
+    b = np.random.default_rng(1).standard_normal((200, 160), dtype=np.float32)
+    out = c(a, b)
+    np.testing.assert_allclose(out[0] if isinstance(out, (list, tuple)) else out, a @ b, rtol=1e-4, atol=1e-3)
+
+
+def test_the_space_holds_the_default():
+    for t in (AVX512, AVX2):
+        shape = (1, 300, 300, 300)
+        assert model.candidates(shape, t)[0] == default_config(shape, t)
+        assert set(matmul_space(t)) <= set(model.candidates(shape, t))

@@ -30,14 +30,15 @@ def template_serves(con: Contraction, target: CpuTarget) -> bool:
     return con.M >= 2 and con.N >= target.vector_lanes(float32) // 2 and con.K >= 2
 
 
-def workload_key(con: Contraction, pack: tuple[float, float]) -> str:
-    """The tuning record key of a fused contraction: its sizes, the cost of packing its
-    operands (which the cost model reads back), and a digest of what its prologue reads and
-    its epilogue computes (a conv's window packs slower than a matrix)."""
-    a, b = pack
+def workload_key(con: Contraction, kinds: tuple[str, str]) -> str:
+    """The tuning record key of a fused contraction: its sizes, how its operands pack
+    (:func:`~taskloom.tune.model.pack_kinds`, which the cost model reads back), and a digest
+    of what its prologue reads and its epilogue computes (a conv's window packs slower than
+    a matrix): ``matmul_cpu/1x64x3136x576/packlane12+lane79/<digest>``."""
+    a, b = kinds
     text = f"{expr_text(con.a)}|{expr_text(con.b)}|{expr_text(con.epilogue)}"
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-    return "matmul_cpu/" + "x".join(str(d) for d in con.shape) + f"/pack{a:g}+{b:g}/" + digest
+    return "matmul_cpu/" + "x".join(str(d) for d in con.shape) + f"/pack{a}+{b}/" + digest
 
 
 @dataclass(frozen=True)
@@ -54,10 +55,11 @@ class Tunable:
 
 def tunable(con: Contraction, target: CpuTarget) -> Tunable:
     """The :class:`Tunable` of ``con`` on ``target``."""
-    from taskloom.tune.model import pack_costs
-    pack = pack_costs(con, target)
+    from taskloom.tune.model import pack_cost, pack_kinds
+    kinds = pack_kinds(con, target)
+    pack = (pack_cost(kinds[0], target.vector_lanes(float32)), pack_cost(kinds[1], target.vector_lanes(float32)))
     fused = lambda c: fuse_contraction(matmul_program(con.shape, c, target, name="fused"), con)  # noqa: E731
-    return Tunable(con, workload_key(con, pack), pack, fused, fused_arg_specs(con))
+    return Tunable(con, workload_key(con, kinds), pack, fused, fused_arg_specs(con))
 
 
 def choose_config(con: Contraction, target: CpuTarget, tune: int = 0, deadline: float | None = None) -> MatmulConfig:

@@ -253,19 +253,21 @@ def program_features(fn: S.Function) -> dict[str, float]:
 
 # -- task features and the cache --------------------------------------------------------
 
-def parse_workload(workload: str) -> tuple[tuple[int, int, int, int], tuple[float, float]] | None:
-    """``(shape, pack costs)`` of a matmul-template workload key, None for other keys:
-    ``matmul_cpu/1x64x3136x576/pack2+16/<digest>`` or ``matmul_cpu/1x512x512x512``."""
-    from taskloom.tune.model import VECTOR_COPY_CYCLES
+def parse_workload(workload: str, target: CpuTarget) -> tuple[tuple[int, int, int, int], tuple[float, float]] | None:
+    """``(shape, pack costs on target)`` of a matmul-template workload key, None for other
+    keys: ``matmul_cpu/1x64x3136x576/packlane12+lane79/<digest>`` or ``matmul_cpu/1x512x512x512``."""
+    from taskloom.ir.dtypes import float32
+    from taskloom.tune.model import DEFAULT_PACK, pack_cost
     parts = workload.split("/")
     if len(parts) < 2 or parts[0] != "matmul_cpu":
         return None
     try:
         shape = tuple(int(x) for x in parts[1].split("x"))
-        pack = (VECTOR_COPY_CYCLES, VECTOR_COPY_CYCLES)
+        pack = DEFAULT_PACK
         if len(parts) > 2 and parts[2].startswith("pack"):
             a, b = parts[2][4:].split("+")
-            pack = (float(a), float(b))
+            lanes = target.vector_lanes(float32)
+            pack = (pack_cost(a, lanes), pack_cost(b, lanes))
     except ValueError:
         return None
     return (shape, pack) if len(shape) == 4 else None  # type: ignore[return-value]
@@ -388,7 +390,7 @@ def training_set(records: Records, target: CpuTarget, *, exclude: str | None = N
     for r in rows:
         if r.seconds is None or r.error is not None or r.workload == exclude:
             continue
-        if parse_workload(r.workload) is None:
+        if parse_workload(r.workload, target) is None:
             continue
         try:
             c = MatmulConfig.from_dict(r.config)
@@ -399,7 +401,7 @@ def training_set(records: Records, target: CpuTarget, *, exclude: str | None = N
     for (workload, _), measured in sorted(by_task.items()):
         if len(measured) < 2:
             continue  # one point ranks nothing
-        shape, pack = parse_workload(workload)  # type: ignore[misc]
+        shape, pack = parse_workload(workload, target)  # type: ignore[misc]
         if pool is not None:
             from taskloom.tune.model import rank
             top = {c for c, _ in rank(shape, target, pack=pack)[:pool]}

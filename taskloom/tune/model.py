@@ -7,13 +7,18 @@ of the ``PM x PN`` grid, as Roller prices an rTile by the traffic of each memory
 
 - **micro-kernel**: each call does ``kn`` rank-1 updates of an ``MR x NV``-vector tile. A
   step costs the larger of its FMAs (two FMA ports) and its loads (``NV`` vectors of B and
-  ``MR`` broadcasts of A, two load ports), at the per-core FMA rate the probe measured with
-  every core busy; a call adds the accumulators' set-up and stores. Padded rows and columns
+  ``MR`` broadcasts of A, two load ports) plus a share of the smaller, at the per-core FMA
+  rate the probe measured with every core busy; a call adds the accumulators' set-up and
+  stores. Padded rows and columns
   at the edges (a 2039 matrix in 6-row tiles computes 2040 rows) are computed, so they cost.
-- **traffic**: the B panel (``KC x NR``) is reused by every row tile; when it does not fit
-  L1 it streams from L2 on every call. The A micro-panel streams from L2 on every call.
+- **traffic**: the B panel (``KC x NR``) is reused by every row tile; when it and the A
+  micro-panel do not fit L1 together it streams from L2 on every call, at a share of the
+  probed L2 bandwidth. The A micro-panel streams from L2 on every call.
   When the B block (``KC x NC``) does not fit L2 it comes back from L3 for every block of
   rows. Each call takes the longest of its compute and its streams (they overlap).
+- **partial sums**: when K spans several blocks, every call reads and writes its tile of
+  the band's partial-sum buffer (``BAND_M x NC``), from L2, L3 or DRAM as that buffer fits
+  (small K blocks on a 4096 x 4096 product stream 32 MiB of partial sums per block).
 - **packing**: every element of A is packed once per column block, of B once per band; a
   packed element costs its reads from wherever the operand lives (L2, L3 or DRAM, sized
   by the operand against the caches, DRAM shared by the busy cores) and the copy itself,
@@ -40,14 +45,24 @@ from taskloom.target.probe import HardwareProfile, profile_for
 
 #: Vector FMA and load ports per core: two of each on every AVX2 and AVX-512 core we target.
 FMA_PORTS, LOAD_PORTS = 2, 2
+#: The share of a k step's loads (or FMAs, whichever are fewer) that the other does not
+#: hide: tiles doing more FMAs per load run closer to peak (6 x 4 vectors beats 4 x 4).
+#: Fitted, with L2_STREAM_SHARE and LANE_NODES_PER_CYCLE, on half of the tasks of
+#: bench/tune_model.py (a grid search; the other half validates): nothing is hidden.
+LOAD_OVERLAP = 1.0
+#: The share of the probed L2 read bandwidth a stream inside the micro-kernel gets (the
+#: probe reads with nothing else running; the kernel's L1 loads compete with the refills).
+L2_STREAM_SHARE = 0.15
 #: Cycles a micro-kernel call spends outside its k loop besides the accumulators: loop and
 #: address set-up, the branch on the K block.
 CALL_OVERHEAD_CYCLES = 12
 #: Cycles per packed vector of L elements when the prologue vectorizes into a plain
-#: contiguous copy (a load and a store) and, per lane, when it goes lane by lane (about a
-#: cycle an element, measured on a 3x3 convolution's window).
+#: contiguous copy (a load and a store); a prologue that goes lane by lane costs a cycle
+#: per element for every LANE_NODES_PER_CYCLE nodes of its scalar expression (a 3x3
+#: convolution's padded window, ~80 nodes of index arithmetic and bounds checks, packs at
+#: about 5 cycles an element, measured; a 1x1 convolution's at about one).
 VECTOR_COPY_CYCLES = 2.0
-LANE_COPY_CYCLES = 1.0
+LANE_NODES_PER_CYCLE = 16.0
 #: Pack costs of a plain matmul's operands: both copies vectorize.
 DEFAULT_PACK = (VECTOR_COPY_CYCLES, VECTOR_COPY_CYCLES)
 #: A fork-join of the parallel region.
@@ -126,24 +141,34 @@ def predict(shape: tuple[int, int, int, int], config: MatmulConfig, target: CpuT
     l3 = p.l3_gbs * 1e9 / max(1, busy)
     mem = min(p.mem_gbs, busy * p.mem_gbs_core) * 1e9 / busy
 
-    def source_bandwidth(nbytes: int) -> float:
-        """Where an operand of ``nbytes`` is read from when packed."""
+    def source_bandwidth(nbytes: int, stream: bool = False) -> float:
+        """The bandwidth of the level an operand of ``nbytes`` is read from (``stream``: by
+        the micro-kernel, which gets only a share of L2's)."""
         if nbytes <= target.l2_bytes // 2:
-            return l2
+            return l2 * (L2_STREAM_SHARE if stream else 1.0)
         if nbytes * busy <= target.l3_bytes // 2:
             return l3
         return mem
 
-    step_cycles = max(MR * NV / FMA_PORTS, (MR + NV) / LOAD_PORTS)
+    fma_cycles, load_cycles = MR * NV / FMA_PORTS, (MR + NV) / LOAD_PORTS
+    step_cycles = max(fma_cycles, load_cycles) + LOAD_OVERLAP * min(fma_cycles, load_cycles)
     call_cycles = CALL_OVERHEAD_CYCLES + 2 * MR * NV / LOAD_PORTS  # accumulators in and out
-    b_from_l2 = b_panel > target.l1d_bytes
+    # the B panel stays in L1 only if the A micro-panel streaming past it leaves it room
+    b_from_l2 = b_panel + MR * KC * 4 > target.l1d_bytes
+    l2_stream = l2 * L2_STREAM_SHARE
     kernel = 0.0
     for kn in k_blocks:
         compute = (kn * step_cycles + call_cycles) * cycle
         l2_bytes = 4 * kn * (MR + (NR if b_from_l2 else 0))
         l1_bytes = 4 * kn * (MR + NR)
-        kernel += max(compute, l2_bytes / l2, l1_bytes / l1)
+        kernel += max(compute, l2_bytes / l2_stream, l1_bytes / l1)
     kernel *= Bt * row_tiles * col_tiles
+    # partial sums between K blocks: each call reads and writes its tile of the band's
+    # BAND_M x NC buffer, which lives wherever that buffer fits
+    partials = 0.0
+    if len(k_blocks) > 1:
+        tile_bytes = MR * NR * 4 * (2 * len(k_blocks) - 2)  # in after the first block, out before the last
+        partials = Bt * row_tiles * col_tiles * tile_bytes / source_bandwidth(rows * NC * 4, stream=True)
     # B blocks that do not fit L2 come back from L3 for every block of rows
     refetch = 0.0
     if b_block > target.l2_bytes // 2:
@@ -155,31 +180,60 @@ def predict(shape: tuple[int, int, int, int], config: MatmulConfig, target: CpuT
     b_src = source_bandwidth(K * N * 4)
     pack_a = a_elems * pack[0] * cycle / L + a_elems * 4 / a_src
     pack_b = b_elems * pack[1] * cycle / L + b_elems * 4 / b_src
-    parts = {"kernel": kernel, "refetch": refetch, "pack_a": pack_a, "pack_b": pack_b,
+    parts = {"kernel": kernel, "partials": partials, "refetch": refetch, "pack_a": pack_a, "pack_b": pack_b,
              "overhead": PARALLEL_OVERHEAD_S}
     return Prediction(sum(parts.values()), parts)
 
 
-def pack_costs(con, target: CpuTarget) -> tuple[float, float]:
-    """Cycles per vector of packing A and B for the fused contraction ``con``: a vector
-    copy's share when its prologue vectorizes along the copy, about a cycle per element
-    when it goes lane by lane (as post-scheduling fusion would emit it)."""
+def pack_kinds(con, target: CpuTarget) -> tuple[str, str]:
+    """How post-scheduling fusion packs A and B of the fused contraction ``con``: ``copy``
+    (a contiguous vector copy), ``vec`` (lanes computed as vectors), ``gather`` (strided
+    vector gathers) or ``lane<N>`` (element by element, the scalar prologue having N nodes).
+    They are part of a workload's record key, so the cost model can price records of tasks
+    it cannot rebuild."""
     from taskloom.schedule.vectorize import vectorize_expr
     L = target.vector_lanes(float32)
 
-    def cost(expr: E.Expr, along: E.Var) -> float:
-        start = E.Var("pack_start", along.type)
-        vector = vectorize_expr(expr, along, start, L, None)
+    def kind(expr: E.Expr, along: E.Var) -> str:
+        vector = vectorize_expr(expr, along, E.Var("pack_start", along.type), L, None)
         if vector is None:
-            return LANE_COPY_CYCLES * L
+            return f"lane{_size(expr)}"
         if isinstance(vector, E.VectorLoad) and vector.stride == 1:
-            return VECTOR_COPY_CYCLES
-        # computed or gathered lanes: a gather costs about a cycle per lane
-        gathers = isinstance(vector, E.VectorLoad) or any(
-            isinstance(n, E.VectorLoad) and n.stride != 1 for n in _nodes(vector))
-        return VECTOR_COPY_CYCLES + (LANE_COPY_CYCLES * L / 2 if gathers else VECTOR_COPY_CYCLES)
+            return "copy"
+        gathers = isinstance(vector, E.VectorLoad) or any(n.stride != 1 for n in _nodes(vector))
+        return "gather" if gathers else "vec"
 
-    return cost(con.a, con.vk), cost(con.b, con.vn)
+    return kind(con.a, con.vk), kind(con.b, con.vn)
+
+
+def pack_cost(kind: str, lanes: int) -> float:
+    """Cycles per packed vector of ``lanes`` elements of a :func:`pack_kinds` kind."""
+    if kind == "copy":
+        return VECTOR_COPY_CYCLES
+    if kind == "vec":
+        return 2 * VECTOR_COPY_CYCLES
+    if kind == "gather":
+        return VECTOR_COPY_CYCLES + lanes / 2  # a gather costs about half a cycle per lane
+    if kind.startswith("lane") and kind[4:].isdigit():
+        return lanes * max(1.0, int(kind[4:]) / LANE_NODES_PER_CYCLE)
+    raise ValueError(f"unknown pack kind {kind!r}")
+
+
+def pack_costs(con, target: CpuTarget) -> tuple[float, float]:
+    """Cycles per vector of packing A and B for the fused contraction ``con``."""
+    L = target.vector_lanes(float32)
+    a, b = pack_kinds(con, target)
+    return pack_cost(a, L), pack_cost(b, L)
+
+
+def _size(e: E.Expr) -> int:
+    """The number of nodes of an expression (shared subexpressions counted each time)."""
+    n, stack = 0, [e]
+    while stack:
+        node = stack.pop()
+        n += 1
+        stack.extend(c for c in node.children() if isinstance(c, E.Expr))
+    return n
 
 
 def _nodes(e: E.Expr):

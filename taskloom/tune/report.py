@@ -54,7 +54,7 @@ def spearman(a: list[float], b: list[float]) -> float | None:
 def report_workload(records: Records, workload: str, target: CpuTarget, learned: bool = True) -> WorkloadReport:
     """The report of one matmul-template ``workload`` on ``target``."""
     from taskloom.tune import cost_model
-    parsed = cost_model.parse_workload(workload)
+    parsed = cost_model.parse_workload(workload, target)
     if parsed is None:
         raise ArgumentError(f"tune report: {workload!r} is not a matmul-template workload key "
                             f"(matmul_cpu/BxMxNxK[/packA+B/digest])")

@@ -69,10 +69,13 @@ def test_workload_keys_carry_what_the_features_need():
     a, b = input((64, 32), name="a"), input((32, 48), name="b")
     (g,) = fuse_graph(Graph([a, b], [ops.matmul(a, b)]))
     t = tunable(match_contraction(g.task), AVX512)
-    assert cost_model.parse_workload(t.workload) == ((1, 64, 48, 32), t.pack)
-    assert cost_model.parse_workload("matmul_cpu/1x512x512x512") == ((1, 512, 512, 512), (2.0, 2.0))
-    assert cost_model.parse_workload("conv_cuda/1x2") is None
-    assert cost_model.parse_workload("matmul_cpu/1xAx3x4") is None
+    assert "/packcopy+copy/" in t.workload
+    assert cost_model.parse_workload(t.workload, AVX512) == ((1, 64, 48, 32), t.pack)
+    assert cost_model.parse_workload("matmul_cpu/1x512x512x512", AVX512) == ((1, 512, 512, 512), (2.0, 2.0))
+    assert cost_model.parse_workload("matmul_cpu/1x8x8x8/packlane32+gather/d", AVX512) == ((1, 8, 8, 8), (32.0, 10.0))
+    assert cost_model.parse_workload("conv_cuda/1x2", AVX512) is None
+    assert cost_model.parse_workload("matmul_cpu/1xAx3x4", AVX512) is None
+    assert cost_model.parse_workload("matmul_cpu/1x2x3x4/packodd+copy/d", AVX512) is None
 
 
 def test_relevance_grades():

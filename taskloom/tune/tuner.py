@@ -9,6 +9,10 @@
   model sees no gain left, or a fifth of the space is measured;
 - level 2 measures the whole space, most promising first by the analytic model.
 
+Both levels then time their three fastest configs again, side by side, and record each
+one's median: the fastest of many noisy times is biased low, and on a busy machine a config
+can win by one lucky measurement.
+
 Every measurement, failures included, goes to the record database
 (:class:`~taskloom.tune.records.Records`) as soon as it is known, so a config is never
 measured twice for one workload on one machine, an interrupted run resumes where it
@@ -18,6 +22,7 @@ so far when its share is spent.
 """
 from __future__ import annotations
 
+import json
 import math
 import re
 import time
@@ -113,7 +118,7 @@ def tune_matmul(shape: tuple[int, int, int, int], target: CpuTarget, level: int 
                 args: Sequence[tuple[tuple[int, ...], str]] | None = None,
                 workload: str | None = None, pack: tuple[float, float] = analytic.DEFAULT_PACK,
                 deadline: float | None = None,
-                measurer: Callable[..., list[Measurement]] | None = None) -> MatmulConfig:
+                measurer: Callable[..., list[Measurement]] | None = None, finalists: int = 3) -> MatmulConfig:
     """The fastest config of the matmul template for ``shape = (batch, M, N, K)`` on
     ``target``, measuring what level ``level`` asks for that the records do not hold yet.
 
@@ -121,7 +126,8 @@ def tune_matmul(shape: tuple[int, int, int, int], target: CpuTarget, level: int 
     its fused kernel), the kernel's ``args``, its own ``workload`` key and its operands'
     ``pack`` costs, so what is timed includes its prologue and epilogue. Measuring stops at
     ``deadline`` (a ``time.monotonic()`` value) with the best so far; ``measurer`` stands in
-    for :func:`~taskloom.tune.measure.measure` in tests.
+    for :func:`~taskloom.tune.measure.measure` in tests. The ``finalists`` fastest configs
+    are then timed again side by side (:func:`_retime_finalists`).
     """
     if level not in (1, 2):
         raise TaskloomError(f"tune_matmul(): level must be 1 or 2, got {level!r}")
@@ -149,6 +155,7 @@ def tune_matmul(shape: tuple[int, int, int, int], target: CpuTarget, level: int 
 
             def record(index: int, m: Measurement, batch: list[MatmulConfig] = batch) -> None:
                 records.add(workload, tkey, batch[index].to_dict(), m.seconds, m.error)
+                search.measured_now += 1
                 search.seen(batch[index], m)
                 bar.update()
                 if search.best_s is not None:
@@ -159,11 +166,41 @@ def tune_matmul(shape: tuple[int, int, int, int], target: CpuTarget, level: int 
             search.batch_done()
     finally:
         bar.close()
+    if finalists and search.measured_now and (deadline is None or time.monotonic() < deadline):
+        _retime_finalists(records, workload, target, kernel, args or [], finalists, repeats, timeout_s,
+                          measurer or measure)
     best = records.best(workload, tkey)
     if best is None:
+        if not search.measured:  # the budget ran out before anything was measured
+            return ranked[0][0]
         raise TaskloomError(f"tuning matmul {shape}: every candidate measured failed to build or run; see "
                             f"the records in {records.path}")
     return MatmulConfig.from_dict(best)
+
+
+#: Rounds of timing the finalists side by side.
+RETIME_ROUNDS = 2
+
+
+def _retime_finalists(records: Records, workload: str, target: CpuTarget, kernel: Callable, args: Sequence,
+                      count: int, repeats: int, timeout_s: float, measurer: Callable) -> None:
+    """Time the ``count`` fastest records of ``workload`` again, side by side, and record the
+    median of each one's times. A search keeps the fastest of many noisy times, which is
+    biased low: on a busy machine a config can win by one lucky measurement."""
+    tkey = target.key()
+    ok = sorted((s, k) for k, (s, e) in records.results(workload, tkey).items() if s is not None and e is None)
+    configs = [MatmulConfig.from_dict(json.loads(k)) for _, k in ok[:count]]
+    if len(configs) < 2:
+        return
+    times: dict[int, list[float]] = {i: [s] for i, (s, _) in enumerate(ok[:count])}
+    for _ in range(RETIME_ROUNDS):
+        for i, m in enumerate(measurer([kernel(c) for c in configs], args, target, timeout_s=timeout_s,
+                                       repeats=repeats, progress=False)):
+            if m.ok:
+                times[i].append(m.seconds)
+    for i, c in enumerate(configs):
+        v = sorted(times[i])
+        records.add(workload, tkey, c.to_dict(), v[len(v) // 2])
 
 
 class _Search:
@@ -182,6 +219,7 @@ class _Search:
         # a level-1 search that measured MIN_MEASURED points already ran to its end (it
         # stops no earlier); fewer is an interrupted one, which goes on
         self.stalled = level == 1 and len(self.measured) >= MIN_MEASURED
+        self.measured_now = 0  # by this run
         self.limit = len(space) if level >= 2 else max(MIN_MEASURED, math.ceil(LEVEL1_SHARE * len(space)))
         self._ranker = None
         self._order = list(space) if level >= 2 else list(space[:POOL])  # the analytic order
@@ -230,7 +268,9 @@ class _Search:
                    < self.best_s * (1 - GAIN) for c in todo)
 
     def _learn(self) -> None:
-        """Re-rank what is left with the cost model trained on every record of the target."""
+        """Re-rank what is left with the cost model trained on every record of the target
+        (records are keyed by ISA, so another machine's imported records of the same ISA
+        count; another ISA's configs are not valid here)."""
         from taskloom.tune import cost_model
         if cost_model.load_ranker() is None:
             return  # the analytic order stands

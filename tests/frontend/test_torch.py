@@ -282,6 +282,30 @@ def test_options_reach_the_backend():
     with pytest.raises(FrontendError, match="'tune'=5"):
         taskloom.torch.compile(model, tune=5)
     torch.testing.assert_close(taskloom.torch.compile(model, tune=0)(x), model(x), **TOL)
+    assert Options.parse({"tune": 1, "budget": "2m"}).budget == "2m"
+    with pytest.raises(FrontendError, match="'budget'.*'90s'"):
+        Options.parse({"budget": "a while"})
+    with pytest.raises(FrontendError, match="budget"):
+        taskloom.torch.compile(model, tune=1, budget=-5)
+
+
+def test_a_budget_bounds_tuning_through_torch_compile(tmp_path, monkeypatch):
+    """With no time to spare, tune=1 measures at most a batch per kernel (none once the budget
+    is gone: the analytic pick stands) and still compiles right."""
+    monkeypatch.setenv("TASKLOOM_CACHE_DIR", str(tmp_path))
+    from taskloom.tune import tuner
+    batches = []
+    real = tuner.measure
+
+    def counting(fns, *a, **k):
+        batches.append(len(fns))
+        return real(fns, *a, **k)
+    monkeypatch.setattr(tuner, "measure", counting)
+    model = MLP().eval()
+    x = torch.randn(16, 12)
+    out = torch.compile(model, backend="taskloom", options={"tune": 1, "budget": 0.001})(x)
+    torch.testing.assert_close(out, model(x), **TOL)
+    assert len(batches) <= 2 and all(b <= tuner.BATCH for b in batches)  # MLP: two linear layers
 
 
 def test_new_shapes_and_changed_weights_compile_again():

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import TYPE_CHECKING, Any, Sequence
 
 from taskloom.errors import ArgumentError, TaskloomError
@@ -65,6 +66,9 @@ def compile(model: Any, example_inputs: Any = None, target: CpuTarget | str | No
         return compile_graph(model, target, tune=tune, fuse=fuse, optimize=optimize, verbose=verbose,
                              budget=budget)
     kind = type(model).__module__.split(".")[0]
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(model, torch.nn.Module):
+        kind = "torch"  # a module defined anywhere, taskloom's own benchmark models included
     if kind == "taskloom":
         raise ArgumentError(f"compile() takes a Graph, a torch module or an ONNX model; got a "
                             f"{type(model).__name__}, which is {'already compiled' if hasattr(model, 'save') else 'none of them'}")

@@ -426,3 +426,15 @@ def test_taskloom_compile_takes_a_module_and_example_inputs(tmp_path):
         taskloom.compile(model)
     with pytest.raises(ArgumentError, match="already compiled"):
         taskloom.compile(compiled)
+
+
+def test_compile_takes_modules_defined_inside_taskloom():
+    """taskloom.compile reads a torch module as one even when its class lives in a taskloom
+    package (the benchmark zoo's models do)."""
+    class Small(torch.nn.Module):
+        def forward(self, x):
+            return torch.relu(x) * 2.0
+    Small.__module__ = "taskloom.bench.zoo"
+    x = torch.randn(4, 8)
+    out = taskloom.compile(Small(), (x,))(x.numpy())
+    np.testing.assert_allclose(out[0] if isinstance(out, (list, tuple)) else out, (torch.relu(x) * 2).numpy())

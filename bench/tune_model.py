@@ -116,7 +116,10 @@ def evaluate(records: Records, target: CpuTarget, confirm_runs: bool = True) -> 
         if isinstance(t, str):
             rows.append({"task": name, "note": t})
             continue
-        measured = records.results(t.workload, tkey)
+        # tune=2 measures one config per distinct program (model.candidates): the records of
+        # the configs it would skip (measured before the space was deduplicated) are left out
+        space = {config_key(c.to_dict()) for c in analytic.candidates(t.con.shape, target)}
+        measured = {k: v for k, v in records.results(t.workload, tkey).items() if k in space}
         ok = {k: s for k, (s, e) in measured.items() if s is not None and e is None}
         if not ok:
             rows.append({"task": name, "note": "not measured"})

@@ -7,7 +7,8 @@
   model's top :data:`POOL`, a batch at a time,
   retraining after each batch, until a batch no longer improves the best and the analytic
   model sees no gain left, or a fifth of the space is measured;
-- level 2 measures the whole space, most promising first by the analytic model.
+- level 2 measures the whole space (one config per distinct program), most promising first
+  by the analytic model.
 
 Both levels then time their three fastest configs again, side by side, and record each
 one's median: the fastest of many noisy times is biased low, and on a busy machine a config
@@ -40,7 +41,7 @@ from taskloom.tune.records import Records, config_key
 #: budget or the learned model's next ranking comes in often.
 BATCH = 8
 #: Level 1 measures at most this share of the candidates (and at least MIN_MEASURED).
-LEVEL1_SHARE, MIN_MEASURED = 0.2, 16
+LEVEL1_SHARE, MIN_MEASURED = 0.2, 8
 #: Level 1 ranks the analytic model's best POOL configs with the learned model (featurizing
 #: a config lowers its program: the pool keeps that to seconds).
 POOL = 48

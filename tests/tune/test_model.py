@@ -124,8 +124,19 @@ def test_tune0_builds_the_model_pick(tmp_path, monkeypatch):
     np.testing.assert_allclose(out[0] if isinstance(out, (list, tuple)) else out, a @ b, rtol=1e-4, atol=1e-3)
 
 
-def test_the_space_holds_the_default():
+def test_candidates_hold_the_default_and_one_config_per_program():
+    """Configs whose blocks the shape clips alike build one program: one of them is kept, and
+    every config of the space has its program among the candidates."""
+    from taskloom.schedule.templates.matmul_cpu import matmul_program
     for t in (AVX512, AVX2):
-        shape = (1, 300, 300, 300)
-        assert model.candidates(shape, t)[0] == default_config(shape, t)
-        assert set(matmul_space(t)) <= set(model.candidates(shape, t))
+        for shape in ((1, 300, 300, 300), (1, 64, 3136, 64), (2, 1000, 40, 2000)):
+            cands = model.candidates(shape, t)
+            assert cands[0] == default_config(shape, t)
+            kept = {model.effective(shape, c, t) for c in cands}
+            assert len(kept) == len(cands)
+            assert {model.effective(shape, c, t) for c in matmul_space(t)} <= kept
+    shape = (1, 64, 3136, 64)
+    a, b = MatmulConfig(6, 4, 96, 678, 1024, 1, 2), MatmulConfig(6, 4, 384, 1362, 1024, 1, 2)
+    assert model.effective(shape, a, AVX512) == model.effective(shape, b, AVX512)
+    body = lambda c: matmul_program(shape, c, AVX512).body  # noqa: E731
+    assert body(a) == body(b)

@@ -3,8 +3,8 @@
 - level 0 measures nothing: the best record for (workload, target) if an earlier run left
   one, else the analytic model's top choice (:mod:`taskloom.tune.model`);
 - level 1 measures what the learned cost model (:mod:`taskloom.tune.cost_model`, trained
-  on every record of this target, other tasks included) ranks best among the analytic
-  model's top :data:`POOL`, a batch at a time,
+  on every record of this target, other tasks included) and the analytic model together
+  (their mean rank) rank best among the analytic model's top :data:`POOL`, a batch at a time,
   retraining after each batch, until a batch no longer improves the best and the analytic
   model sees no gain left, or a fifth of the space is measured;
 - level 2 measures the whole space (one config per distinct program), most promising first
@@ -285,4 +285,11 @@ class _Search:
             return
         X = cache.get_many([(self.shape, self.pack, c) for c in todo], self.target)
         scores = model.scores(X)
-        self._order = [todo[i] for i in sorted(range(len(todo)), key=lambda i: -scores[i])]
+        # blend the learned ranking with the analytic one: each is wrong in its own way, and
+        # their mean rank is steadier than either
+        where = {c: k for k, c in enumerate(self.space)}  # the space is in analytic order
+        by_model = sorted(range(len(todo)), key=lambda i: where[todo[i]])
+        analytic_rank = {i: r for r, i in enumerate(by_model)}
+        learned_rank = {i: r for r, i in enumerate(sorted(range(len(todo)), key=lambda i: -scores[i]))}
+        self._order = [todo[i] for i in sorted(range(len(todo)),
+                                               key=lambda i: (learned_rank[i] + analytic_rank[i], analytic_rank[i]))]

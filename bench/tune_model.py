@@ -34,6 +34,7 @@ from taskloom.tune import model as analytic
 from taskloom.tune.measure import Measurement
 from taskloom.schedule.templates.matmul_cpu import MatmulConfig
 from taskloom.tune.records import Records, config_key
+from taskloom.tune.report import spearman
 from taskloom.tune.tuner import tune_matmul
 
 MATMULS = [(128, 768, 768), (128, 768, 3072), (128, 3072, 768), (128, 768, 2304),
@@ -130,7 +131,7 @@ def evaluate(records: Records, target: CpuTarget, confirm_runs: bool = True) -> 
         ranked = analytic.rank(t.con.shape, target, pack=t.pack)
         predicted = {config_key(c.to_dict()): p.seconds for c, p in ranked}
         common = [k for k in ok if k in predicted]
-        rho = _spearman([predicted[k] for k in common], [ok[k] for k in common])
+        rho = spearman([predicted[k] for k in common], [ok[k] for k in common])
         # tune=1 replayed: a fresh database holding only the other tasks' records
         with tempfile.TemporaryDirectory() as tmp:
             others = Records(Path(tmp) / "others.sqlite")
@@ -174,13 +175,6 @@ def evaluate(records: Records, target: CpuTarget, confirm_runs: bool = True) -> 
                      "confirmed_tune1_ratio": again[k1] / c2 if c2 and k1 in again else None,
                      "tune1_search_s": search_s, "spearman": rho, "pick": str(pick)})
     return {"rows": rows, "summary": _summary(rows), "target": tkey}
-
-
-def _spearman(a: list[float], b: list[float]) -> float | None:
-    if len(a) < 3:
-        return None
-    ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
-    return float(np.corrcoef(ra, rb)[0, 1])
 
 
 def _summary(rows: list[dict]) -> dict:

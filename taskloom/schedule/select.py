@@ -55,9 +55,9 @@ class Tunable:
 
 def tunable(con: Contraction, target: CpuTarget) -> Tunable:
     """The :class:`Tunable` of ``con`` on ``target``."""
-    from taskloom.tune.model import pack_cost, pack_kinds
+    from taskloom.tune.model import kinds_cost, pack_kinds
     kinds = pack_kinds(con, target)
-    pack = (pack_cost(kinds[0], target.vector_lanes(float32)), pack_cost(kinds[1], target.vector_lanes(float32)))
+    pack = kinds_cost(kinds, target.vector_lanes(float32))
     fused = lambda c: fuse_contraction(matmul_program(con.shape, c, target, name="fused"), con)  # noqa: E731
     return Tunable(con, workload_key(con, kinds), pack, fused, fused_arg_specs(con))
 

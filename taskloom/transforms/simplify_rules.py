@@ -34,7 +34,9 @@ def _fits(v: int, t: DataType) -> bool:
     return t.min_value() <= v <= t.max_value()
 
 
-def _fold_binary(op: str, a: Constant, b: Constant) -> Expr | None:
+def fold_binary(op: str, a: Constant, b: Constant) -> Expr | None:
+    """``a op b`` on constants as the generated C computes it, or None when it cannot be
+    folded (a division by zero, a result outside the type)."""
     x, y, t = a.value, b.value, a.type
     if op in COMPARE_OPS:
         return Constant(_COMPARE[op](x, y), boolean)
@@ -64,7 +66,7 @@ def _fold(m: Match) -> Expr | None:
     """Computes an operation whose operands are all constants."""
     e = m.node
     if isinstance(e, Binary) and isinstance(e.a, Constant) and isinstance(e.b, Constant):
-        return _fold_binary(e.op, e.a, e.b)
+        return fold_binary(e.op, e.a, e.b)
     if isinstance(e, Unary) and isinstance(e.a, Constant):
         x, t = e.a.value, e.a.type
         if e.op == "not":

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import sqlite3
 import warnings
 from dataclasses import dataclass
@@ -33,9 +32,10 @@ import numpy as np
 from taskloom.ir import expr as E
 from taskloom.ir import stmt as S
 from taskloom.ir.dtypes import TensorType
+from taskloom.ir.functor import collect
 from taskloom.schedule.templates.matmul_cpu import MatmulConfig, matmul_program
 from taskloom.target.cpu import CpuTarget
-from taskloom.transforms.bounds import c_div, c_mod
+from taskloom.transforms.simplify_rules import fold_binary
 from taskloom.tune.model import predict
 from taskloom.tune.records import Records, config_key
 
@@ -168,7 +168,7 @@ class _Walker:
         if hit is not None:
             return hit
         out = np.zeros(len(_ADDITIVE))
-        for node in _walk(e):
+        for node in collect(e, E.Expr):
             if isinstance(node, E.VectorLoad):
                 if node.stride != 1:
                     out[_SLOT["gather"]] += 1
@@ -193,13 +193,6 @@ def _stmts(s: S.Stmt) -> Iterator[S.Stmt]:
             stack.extend(c for c in node.children() if isinstance(c, S.Stmt))
 
 
-_INT_OPS = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-            "div": lambda a, b: c_div(a, b) if b else None, "mod": lambda a, b: c_mod(a, b) if b else None,
-            "min": min, "max": max, "lt": lambda a, b: a < b, "le": lambda a, b: a <= b,
-            "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b, "eq": lambda a, b: a == b,
-            "ne": lambda a, b: a != b, "and": lambda a, b: bool(a and b), "or": lambda a, b: bool(a or b)}
-
-
 def _evaluate(e: E.Expr, env: dict[E.Var, int]) -> int | None:
     """The value of an integer or boolean expression under ``env``, None if it reads
     anything else (a tensor element, an unknown variable)."""
@@ -207,9 +200,12 @@ def _evaluate(e: E.Expr, env: dict[E.Var, int]) -> int | None:
         return e.value if isinstance(e.value, (int, bool)) else None
     if isinstance(e, E.Var):
         return env.get(e)
-    if isinstance(e, E.Binary) and e.op in _INT_OPS:
+    if isinstance(e, E.Binary):
         a, b = _evaluate(e.a, env), _evaluate(e.b, env)
-        return None if a is None or b is None else _INT_OPS[e.op](a, b)
+        if a is None or b is None:
+            return None
+        folded = fold_binary(e.op, E.Constant(a, e.a.type), E.Constant(b, e.b.type))
+        return folded.value if isinstance(folded, E.Constant) else None
     if isinstance(e, E.Unary) and e.op in ("neg", "not"):
         a = _evaluate(e.a, env)
         return None if a is None else (-a if e.op == "neg" else (not a))
@@ -224,14 +220,6 @@ def _evaluate(e: E.Expr, env: dict[E.Var, int]) -> int | None:
 def _is_int(e: E.Expr) -> bool:
     t = e.type
     return hasattr(t, "is_integer") and t.is_integer()
-
-
-def _walk(e: E.Expr) -> Iterator[E.Expr]:
-    stack = [e]
-    while stack:
-        node = stack.pop()
-        yield node
-        stack.extend(c for c in node.children() if isinstance(c, E.Expr))
 
 
 def program_features(fn: S.Function) -> dict[str, float]:
@@ -257,7 +245,7 @@ def parse_workload(workload: str, target: CpuTarget) -> tuple[tuple[int, int, in
     """``(shape, pack costs on target)`` of a matmul-template workload key, None for other
     keys: ``matmul_cpu/1x64x3136x576/packlane12+lane79/<digest>`` or ``matmul_cpu/1x512x512x512``."""
     from taskloom.ir.dtypes import float32
-    from taskloom.tune.model import DEFAULT_PACK, pack_cost
+    from taskloom.tune.model import DEFAULT_PACK, kinds_cost
     parts = workload.split("/")
     if len(parts) < 2 or parts[0] != "matmul_cpu":
         return None
@@ -266,8 +254,7 @@ def parse_workload(workload: str, target: CpuTarget) -> tuple[tuple[int, int, in
         pack = DEFAULT_PACK
         if len(parts) > 2 and parts[2].startswith("pack"):
             a, b = parts[2][4:].split("+")
-            lanes = target.vector_lanes(float32)
-            pack = (pack_cost(a, lanes), pack_cost(b, lanes))
+            pack = kinds_cost((a, b), target.vector_lanes(float32))
     except ValueError:
         return None
     return (shape, pack) if len(shape) == 4 else None  # type: ignore[return-value]

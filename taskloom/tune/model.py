@@ -191,16 +191,17 @@ def pack_kinds(con, target: CpuTarget) -> tuple[str, str]:
     vector gathers) or ``lane<N>`` (element by element, the scalar prologue having N nodes).
     They are part of a workload's record key, so the cost model can price records of tasks
     it cannot rebuild."""
+    from taskloom.ir.functor import collect
     from taskloom.schedule.vectorize import vectorize_expr
     L = target.vector_lanes(float32)
 
     def kind(expr: E.Expr, along: E.Var) -> str:
         vector = vectorize_expr(expr, along, E.Var("pack_start", along.type), L, None)
         if vector is None:
-            return f"lane{_size(expr)}"
+            return f"lane{len(collect(expr, E.Expr))}"
         if isinstance(vector, E.VectorLoad) and vector.stride == 1:
             return "copy"
-        gathers = isinstance(vector, E.VectorLoad) or any(n.stride != 1 for n in _nodes(vector))
+        gathers = isinstance(vector, E.VectorLoad) or any(n.stride != 1 for n in collect(vector, E.VectorLoad))
         return "gather" if gathers else "vec"
 
     return kind(con.a, con.vk), kind(con.b, con.vn)
@@ -219,26 +220,14 @@ def pack_cost(kind: str, lanes: int) -> float:
     raise ValueError(f"unknown pack kind {kind!r}")
 
 
+def kinds_cost(kinds: tuple[str, str], lanes: int) -> tuple[float, float]:
+    """Cycles per vector of packing A and B, packed as ``kinds`` (:func:`pack_kinds`)."""
+    return pack_cost(kinds[0], lanes), pack_cost(kinds[1], lanes)
+
+
 def pack_costs(con, target: CpuTarget) -> tuple[float, float]:
     """Cycles per vector of packing A and B for the fused contraction ``con``."""
-    L = target.vector_lanes(float32)
-    a, b = pack_kinds(con, target)
-    return pack_cost(a, L), pack_cost(b, L)
-
-
-def _size(e: E.Expr) -> int:
-    """The number of nodes of an expression (shared subexpressions counted each time)."""
-    n, stack = 0, [e]
-    while stack:
-        node = stack.pop()
-        n += 1
-        stack.extend(c for c in node.children() if isinstance(c, E.Expr))
-    return n
-
-
-def _nodes(e: E.Expr):
-    from taskloom.ir.functor import collect
-    return collect(e, E.VectorLoad)
+    return kinds_cost(pack_kinds(con, target), target.vector_lanes(float32))
 
 
 def effective(shape: tuple[int, int, int, int], config: MatmulConfig, target: CpuTarget) -> tuple[int, ...]:

@@ -14,9 +14,9 @@ time, one colour per workload (matplotlib).
 from __future__ import annotations
 
 import argparse
+import json
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -73,16 +73,11 @@ def report_workload(records: Records, workload: str, target: CpuTarget, learned:
             ranker = cost_model.CostModel().fit(data)
             keys = list(ok)
             X = cost_model.FeatureCache(records).get_many(
-                [(shape, pack, MatmulConfig.from_dict(_config(k))) for k in keys], target)
+                [(shape, pack, MatmulConfig.from_dict(json.loads(k))) for k in keys], target)
             rho_learned = spearman(list(-ranker.scores(X)), [ok[k] for k in keys])
     return WorkloadReport(workload, len(configs), sum(not p.ok for p in predictions.values()), len(results),
                           len(results) - len(ok), best, ok[pick] / best if best and pick in ok else None,
                           spearman([p for p, _ in pairs], [m for _, m in pairs]), rho_learned, pairs)
-
-
-def _config(key: str) -> dict[str, Any]:
-    import json
-    return json.loads(key)
 
 
 def model_workloads(name: str, batch: int, seq: int, target: CpuTarget) -> list[str]:

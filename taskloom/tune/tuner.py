@@ -141,9 +141,8 @@ def tune_matmul(shape: tuple[int, int, int, int], target: CpuTarget, level: int 
     ranked = analytic.rank(shape, target, pack=pack)
     if not ranked:
         raise TaskloomError(f"tuning matmul {shape}: the analytic model rejects every config of the space")
-    space = [c for c, _ in ranked]
     repeats = _repeats(ranked[0][1].seconds)
-    search = _Search(shape, target, records, workload, space, level, pack)
+    search = _Search(shape, target, records, workload, ranked, level, pack)
     name = f"tuning {workload}" if progress else False
     bar = Progress(search.planned(), name or "", bool(progress))
     try:
@@ -156,7 +155,6 @@ def tune_matmul(shape: tuple[int, int, int, int], target: CpuTarget, level: int 
 
             def record(index: int, m: Measurement, batch: list[MatmulConfig] = batch) -> None:
                 records.add(workload, tkey, batch[index].to_dict(), m.seconds, m.error)
-                search.measured_now += 1
                 search.seen(batch[index], m)
                 bar.update()
                 if search.best_s is not None:
@@ -208,12 +206,14 @@ class _Search:
     """Which configs to measure next, and when to stop (see the module docstring)."""
 
     def __init__(self, shape: tuple[int, int, int, int], target: CpuTarget, records: Records, workload: str,
-                 space: list[MatmulConfig], level: int, pack: tuple[float, float]):
+                 ranked: list[tuple[MatmulConfig, analytic.Prediction]], level: int, pack: tuple[float, float]):
         self.shape, self.target, self.records, self.workload = shape, target, records, workload
-        self.space, self.level, self.pack = space, level, pack
+        self.level, self.pack = level, pack
+        self.space = [c for c, _ in ranked]  # in analytic order
+        self.predicted = {c: p.seconds for c, p in ranked}
         known = records.results(workload, target.key())
         self.measured = {config_key(c.to_dict()): known[config_key(c.to_dict())]
-                         for c in space if config_key(c.to_dict()) in known}
+                         for c in self.space if config_key(c.to_dict()) in known}
         ok = [s for s, e in self.measured.values() if s is not None and e is None]
         self.best_s: float | None = min(ok) if ok else None
         self._batch_start_best = self.best_s
@@ -221,10 +221,9 @@ class _Search:
         # stops no earlier); fewer is an interrupted one, which goes on
         self.stalled = level == 1 and len(self.measured) >= MIN_MEASURED
         self.measured_now = 0  # by this run
-        self.limit = len(space) if level >= 2 else max(MIN_MEASURED, math.ceil(LEVEL1_SHARE * len(space)))
-        self._ranker = None
-        self._order = list(space) if level >= 2 else list(space[:POOL])  # the analytic order
-        if level == 1:
+        self.limit = len(self.space) if level >= 2 else max(MIN_MEASURED, math.ceil(LEVEL1_SHARE * len(self.space)))
+        self._order = self.space if level >= 2 else self.space[:POOL]
+        if level == 1 and not self.stalled:
             self._learn()
 
     def planned(self) -> int:
@@ -241,6 +240,7 @@ class _Search:
 
     def seen(self, c: MatmulConfig, m: Measurement) -> None:
         self.measured[config_key(c.to_dict())] = (m.seconds, m.error)
+        self.measured_now += 1
         if m.ok and (self.best_s is None or m.seconds < self.best_s):  # type: ignore[operator]
             self.best_s = m.seconds
 
@@ -259,35 +259,32 @@ class _Search:
         unmeasured config beating the best by more than GAIN."""
         if self.best_s is None:
             return True
-        pairs = [(s, analytic.predict(self.shape, c, self.target, pack=self.pack).seconds)
+        pairs = [(s, self.predicted[c])
                  for c in self.space if (s := self.measured.get(config_key(c.to_dict()), (None, None))[0])]
         if not pairs:
             return True
         scale = sorted(s / p for s, p in pairs)[len(pairs) // 2]
         todo = self.todo()[:BATCH]
-        return any(analytic.predict(self.shape, c, self.target, pack=self.pack).seconds * scale
-                   < self.best_s * (1 - GAIN) for c in todo)
+        return any(self.predicted[c] * scale < self.best_s * (1 - GAIN) for c in todo)
 
     def _learn(self) -> None:
         """Re-rank what is left with the cost model trained on every record of the target
         (records are keyed by ISA, so another machine's imported records of the same ISA
         count; another ISA's configs are not valid here)."""
         from taskloom.tune import cost_model
-        if cost_model.load_ranker() is None:
+        todo = self.todo()
+        if not todo or cost_model.load_ranker() is None:
             return  # the analytic order stands
         cache = cost_model.FeatureCache(self.records)
         data = cost_model.training_set(self.records, self.target, cache=cache)
         if not data.groups:
             return
         model = cost_model.CostModel().fit(data)
-        todo = self.todo()
-        if not todo:
-            return
         X = cache.get_many([(self.shape, self.pack, c) for c in todo], self.target)
         scores = model.scores(X)
         # blend the learned ranking with the analytic one: each is wrong in its own way, and
         # their mean rank is steadier than either
-        where = {c: k for k, c in enumerate(self.space)}  # the space is in analytic order
+        where = {c: k for k, c in enumerate(self.space)}
         by_model = sorted(range(len(todo)), key=lambda i: where[todo[i]])
         analytic_rank = {i: r for r, i in enumerate(by_model)}
         learned_rank = {i: r for r, i in enumerate(sorted(range(len(todo)), key=lambda i: -scores[i]))}

@@ -40,7 +40,7 @@ def build(functions: "Function | IRModule | Sequence[Function]", target: CpuTarg
 
 def compile(model: Any, example_inputs: Any = None, target: CpuTarget | str | None = None, *,  # noqa: A001
             tune: int = 0, fuse: bool = True, optimize: bool = True, verbose: bool = False,
-            budget: str | float | None = None) -> "CompiledGraph":
+            budget: str | float | None = None, layout: str = "auto") -> "CompiledGraph":
     """Compiles a model into one native function: graph passes, operators fused, every kernel
     and a launcher in one shared library, intermediates in one planned arena.
 
@@ -56,6 +56,8 @@ def compile(model: Any, example_inputs: Any = None, target: CpuTarget | str | No
     the schedule space at most), 2 all of it; measured results are kept in the tuning
     records and reused by later compiles on this machine. ``budget`` (``"2m"``, ``"90s"``
     or seconds) bounds the tuning time: it stops with the best configs found so far.
+    ``layout="auto"`` runs convolutions in NHWC where that pays (the inputs and outputs keep
+    the model's layout); ``"NCHW"`` keeps the model's layout throughout.
     """
     from taskloom.compiler.graph_compiler import compile_graph
     from taskloom.graph import Graph
@@ -64,7 +66,7 @@ def compile(model: Any, example_inputs: Any = None, target: CpuTarget | str | No
             raise ArgumentError(f"compile(): a Graph takes no example_inputs (got {example_inputs!r}); "
                                 "pass the target by keyword: compile(graph, target=...)")
         return compile_graph(model, target, tune=tune, fuse=fuse, optimize=optimize, verbose=verbose,
-                             budget=budget)
+                             budget=budget, layout=layout)
     kind = type(model).__module__.split(".")[0]
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(model, torch.nn.Module):
@@ -74,14 +76,14 @@ def compile(model: Any, example_inputs: Any = None, target: CpuTarget | str | No
                             f"{type(model).__name__}, which is {'already compiled' if hasattr(model, 'save') else 'none of them'}")
     if isinstance(model, (str, os.PathLike)) or kind == "onnx":
         from taskloom.frontend.onnx import from_onnx
-        return from_onnx(model, target=target, tune=tune, budget=budget)
+        return from_onnx(model, target=target, tune=tune, budget=budget, layout=layout)
     if kind == "torch" or callable(model):
         if example_inputs is None:
             raise ArgumentError("compile(): a torch model needs example_inputs (a tensor or a tuple of tensors) "
                                 "to trace it")
         from taskloom.frontend.torch import compile_module
         inputs = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
-        return compile_module(model, tuple(inputs), target=target, tune=tune, budget=budget)
+        return compile_module(model, tuple(inputs), target=target, tune=tune, budget=budget, layout=layout)
     raise ArgumentError(f"compile() takes a Graph, a torch module or an ONNX model, got {type(model).__name__}")
 
 

@@ -28,9 +28,12 @@ def _nbytes(t: Tensor) -> int:
 
 
 def compile_graph(graph: Graph, target: CpuTarget | str | None = None, *, tune: int = 0, fuse: bool = True,
-                  optimize: bool = True, verbose: bool = False, budget: str | float | None = None) -> CompiledGraph:
+                  optimize: bool = True, verbose: bool = False, budget: str | float | None = None,
+                  layout: str = "auto") -> CompiledGraph:
     """Compiles ``graph`` for ``target`` (default: this machine) into one native function:
     graph passes (``optimize``), fusion (``fuse``), scheduling, memory planning, one build.
+    ``layout="auto"`` runs convolutions in NHWC where that pays
+    (:mod:`taskloom.graph.passes.layout`); ``"NCHW"`` keeps the graph's own layout.
     The seconds each phase took are in ``meta["timings"]`` (passes, fusion, schedule with any
     tuning, codegen, cc). With ``tune`` > 0, ``budget`` (``"2m"``, seconds) bounds the
     tuning: each kernel gets a share of what is left and keeps the best config so far."""
@@ -41,9 +44,17 @@ def compile_graph(graph: Graph, target: CpuTarget | str | None = None, *, tune: 
         raise TaskloomError(f"compile(): tune={tune!r} is not a tuning level; use 0 (defaults), 1 (a small "
                             "search) or 2 (the whole schedule space)")
     timings: dict[str, float] = {}  # seconds per phase, in meta["timings"]
+    if layout not in ("auto", "NCHW"):
+        raise TaskloomError(f"compile(): layout={layout!r} is not a layout choice; use 'auto' (NHWC "
+                            "convolutions where that pays) or 'NCHW' (the graph's own layout)")
     if optimize:
         from taskloom.graph.passes import optimize as run_passes
         graph = run_passes(graph)
+        if layout == "auto":
+            from taskloom.graph.passes.layout import choose_layout
+            relaid = choose_layout(graph)
+            if relaid is not graph:
+                graph = run_passes(relaid)
     timings["passes"] = time.perf_counter() - started
     tgt = get_target(target) if not isinstance(target, CpuTarget) else target
     for t in graph.inputs:

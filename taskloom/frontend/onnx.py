@@ -80,7 +80,8 @@ def load_model(path_or_model: Any) -> Any:
 
 def from_onnx(path_or_model: Any, input_shapes: InputShapes = None, *,
               constants: Mapping[str, Any] | None = None, target: "CpuTarget | str | None" = None,
-              verbose: bool = False, tune: int = 0, budget: "str | float | None" = None) -> "CompiledGraph":
+              verbose: bool = False, tune: int = 0, budget: "str | float | None" = None,
+              layout: str = "auto") -> "CompiledGraph":
     """Converts an ONNX model (a path, bytes or an ``onnx.ModelProto``) and compiles it for
     ``target`` (default: this machine).
 
@@ -90,11 +91,11 @@ def from_onnx(path_or_model: Any, input_shapes: InputShapes = None, *,
     ``Slice`` bounds the model takes as inputs): ``{"shape": np.array([2, -1])}``; they are
     no longer inputs of the compiled model. When a model needs that, the error says which
     inputs (also as ``error.constant_inputs``). The compiled model is called with the
-    remaining inputs (initializers excluded) in order. ``tune`` and ``budget`` are
-    :func:`taskloom.compile`'s."""
+    remaining inputs (initializers excluded) in order. ``tune``, ``budget`` and ``layout``
+    are :func:`taskloom.compile`'s."""
     import taskloom
     return taskloom.compile(onnx_to_graph(path_or_model, input_shapes, constants=constants), target=target,
-                            verbose=verbose, tune=tune, budget=budget)
+                            verbose=verbose, tune=tune, budget=budget, layout=layout)
 
 
 # ----------------------------------------------------------------------------- the conversion

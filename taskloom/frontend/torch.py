@@ -50,13 +50,15 @@ class Options:
     """The backend's options: ``target`` (a :class:`~taskloom.target.CpuTarget` or a string such
     as ``"cpu -isa=avx2"``; None is this machine), ``tune`` (0: predict schedules without
     measuring, 1: measure the best predicted, 2: measure the whole space), ``fallback``
-    (run graphs taskloom cannot compile in eager PyTorch instead of raising) and ``budget``
-    (a bound on each graph's tuning time: ``"2m"``, ``"90s"`` or seconds; None is none)."""
+    (run graphs taskloom cannot compile in eager PyTorch instead of raising), ``budget``
+    (a bound on each graph's tuning time: ``"2m"``, ``"90s"`` or seconds; None is none) and
+    ``layout`` (``"auto"``: convolutions in NHWC where that pays; ``"NCHW"``: as traced)."""
 
     target: Any = None
     tune: int = 0
     fallback: bool = False
     budget: Any = None
+    layout: str = "auto"
 
     def __post_init__(self) -> None:
         if isinstance(self.tune, bool) or self.tune not in (0, 1, 2):
@@ -68,6 +70,9 @@ class Options:
                 parse_budget(self.budget)
             except ArgumentError as e:
                 raise FrontendError(f"taskloom backend: option 'budget': {e}") from None
+        if self.layout not in ("auto", "NCHW"):
+            raise FrontendError(f"taskloom backend: option 'layout'={self.layout!r} is not valid (valid: 'auto', "
+                                "'NCHW')")
         if not isinstance(self.fallback, bool):
             raise FrontendError(f"taskloom backend: option 'fallback'={self.fallback!r} must be True or False")
         if self.target is not None and not isinstance(self.target, str) and not hasattr(self.target, "key"):
@@ -80,15 +85,15 @@ class Options:
         """Options from ``torch.compile(..., options={...})`` over ``defaults``;
         ``mode='max-autotune'`` means tune=2 unless ``options`` set it."""
         given = dict(options or {})
-        unknown = sorted(set(given) - {"target", "tune", "fallback", "budget"})
+        unknown = sorted(set(given) - {"target", "tune", "fallback", "budget", "layout"})
         if unknown:
             raise FrontendError(f"taskloom backend: unknown option(s) {', '.join(map(repr, unknown))} "
-                                "(valid: 'target', 'tune', 'fallback', 'budget')")
+                                "(valid: 'target', 'tune', 'fallback', 'budget', 'layout')")
         if mode is not None and mode.startswith("max-autotune") and "tune" not in given:
             given["tune"] = 2
         base = defaults or cls()
         return cls(**{**{"target": base.target, "tune": base.tune, "fallback": base.fallback,
-                         "budget": base.budget}, **given})
+                         "budget": base.budget, "layout": base.layout}, **given})
 
 
 def _is_runtime_input(node: torch.fx.Node, value: Any) -> bool:
@@ -222,7 +227,7 @@ class CompiledFunction:
         compiled = None
         if conversion.graph is not None:
             compiled = compile_graph(conversion.graph, target=self.options.target, tune=self.options.tune,
-                                     budget=self.options.budget)
+                                     budget=self.options.budget, layout=self.options.layout)
         self.aten_graph, self.graph, self.compiled_graph = aten_gm, conversion.graph, compiled
         return _Program(conversion, compiled, self._state(args))
 
@@ -245,8 +250,9 @@ class Backend:
 
     __name__ = "taskloom"  # how dynamo names the backend in its messages
 
-    def __init__(self, *, target: Any = None, tune: int = 0, fallback: bool = False, budget: Any = None):
-        self.options = Options(target, tune, fallback, budget)
+    def __init__(self, *, target: Any = None, tune: int = 0, fallback: bool = False, budget: Any = None,
+                 layout: str = "auto"):
+        self.options = Options(target, tune, fallback, budget, layout)
         self.compiled: list[CompiledFunction] = []
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
@@ -267,19 +273,19 @@ def taskloom_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
                      options: Mapping[str, Any] | None = None, mode: str | None = None) -> Callable:
     """The ``torch_dynamo_backends`` entry point named ``"taskloom"``: compiles one dynamo graph.
     ``options`` (from ``torch.compile(..., options={...})``) may set ``target``, ``tune``,
-    ``fallback`` and ``budget`` (see :class:`Options`)."""
+    ``fallback``, ``budget`` and ``layout`` (see :class:`Options`)."""
     opts = Options.parse(options, mode)
     return Backend(target=opts.target, tune=opts.tune, fallback=opts.fallback,
-                   budget=opts.budget)(gm, example_inputs)
+                   budget=opts.budget, layout=opts.layout)(gm, example_inputs)
 
 
 def compile_module(model: Any, example_inputs: tuple[Any, ...], *, target: Any = None, tune: int = 0,
-                   budget: Any = None) -> Any:
+                   budget: Any = None, layout: str = "auto") -> Any:
     """``model`` traced on ``example_inputs`` into one :class:`~taskloom.runtime.CompiledGraph`
     (what ``taskloom.compile(model, example_inputs)`` returns): savable, called with the
     same inputs in order. The model must capture as one graph whose outputs it computes;
     for anything else (graph breaks, outputs that are inputs), use :func:`compile`."""
-    backend = Backend(target=target, tune=tune, budget=budget)
+    backend = Backend(target=target, tune=tune, budget=budget, layout=layout)
     try:
         traced = torch.compile(model, backend=backend, dynamic=False, fullgraph=True)
         with torch.inference_mode():
@@ -300,10 +306,12 @@ def compile_module(model: Any, example_inputs: tuple[Any, ...], *, target: Any =
 
 
 def compile(model: Any, *, target: Any = None, tune: int = 0, fallback: bool = False,  # noqa: A001
-            dynamic: bool | None = False, fullgraph: bool = False, budget: Any = None) -> Any:
-    """``torch.compile(model, backend=<taskloom>, options={target, tune, fallback, budget})``: the model
-    (or function) compiled by taskloom when first called. Shapes are static by default
-    (``dynamic=False``); each new input shape compiles again."""
-    Options(target, tune, fallback, budget)  # check the options now, not at the first call
+            dynamic: bool | None = False, fullgraph: bool = False, budget: Any = None,
+            layout: str = "auto") -> Any:
+    """``torch.compile(model, backend=<taskloom>, options={target, tune, fallback, budget, layout})``:
+    the model (or function) compiled by taskloom when first called. Shapes are static by
+    default (``dynamic=False``); each new input shape compiles again."""
+    Options(target, tune, fallback, budget, layout)  # check the options now, not at the first call
     return torch.compile(model, backend=taskloom_backend, dynamic=dynamic, fullgraph=fullgraph,
-                         options={"target": target, "tune": tune, "fallback": fallback, "budget": budget})
+                         options={"target": target, "tune": tune, "fallback": fallback, "budget": budget,
+                                  "layout": layout})

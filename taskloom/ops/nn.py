@@ -12,7 +12,7 @@ rounded once at the end, as torch does on the CPU.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -64,11 +64,12 @@ def _ints(op: str, arg: str, v: Any, n: int, minimum: int) -> tuple[int, ...]:
     return out
 
 
-def _spatial_input(op: str, x: Any) -> Tensor:
-    """An NCHW (or unbatched CHW) input."""
+def _spatial_input(op: str, x: Any, layout: str = "NCHW") -> Tensor:
+    """An NCHW (or unbatched CHW) input; NHWC (or HWC) with ``layout="NHWC"``."""
     x = as_tensor(op, "x", x)
     if x.ndim not in (3, 4):
-        raise OpError(f"{op}(): 'x' must be 4-d (N, C, H, W) or 3-d (C, H, W), got shape {tuple(x.shape)}")
+        dims = "(N, H, W, C) or 3-d (H, W, C)" if layout == "NHWC" else "(N, C, H, W) or 3-d (C, H, W)"
+        raise OpError(f"{op}(): 'x' must be 4-d {dims}, got shape {tuple(x.shape)}")
     return x
 
 
@@ -289,9 +290,21 @@ def _conv_padding(op: str, padding: Any, kernel: tuple[int, int], dilation: tupl
     return (ph, ph, pw, pw)
 
 
+def _layout_arg(op: str, layout: Any) -> str:
+    if layout not in LAYOUTS:
+        raise OpError(f"{op}(): 'layout'={layout!r} is not a layout; use one of {LAYOUTS}")
+    return layout
+
+
+#: The spatial layouts convolutions and pooling take: channels before the rows (NCHW, as
+#: torch and ONNX) or after the columns (NHWC: a pixel's channels are contiguous, so a
+#: convolution's window packs by vectors of channels and pooling vectorizes over channels).
+LAYOUTS = ("NCHW", "NHWC")
+
+
 def conv2d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0,
-           dilation: Any = 1, groups: int = 1) -> Tensor:
-    """2-D convolution (cross-correlation, as torch) of an NCHW input.
+           dilation: Any = 1, groups: int = 1, layout: str = "NCHW") -> Tensor:
+    """2-D convolution (cross-correlation, as torch) of an NCHW (or NHWC) input.
 
     ``x`` is (N, C, H, W) or unbatched (C, H, W); ``weight`` is (O, C // groups, KH, KW);
     ``bias`` (O,). ``stride`` and ``dilation`` are an int or a pair (rows, columns);
@@ -302,22 +315,33 @@ def conv2d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any 
     ``groups == C`` with ``O == C`` is a depthwise convolution. Padding reads as zero.
     Example: ``conv2d(x, w, padding=1)`` for x (1, 64, 56, 56), w (64, 64, 3, 3) gives
     (1, 64, 56, 56).
+
+    With ``layout="NHWC"`` the input is (N, H, W, C) or (H, W, C), the weight
+    (KH, KW, C // groups, O) and the result (N, OH, OW, O): the layout the graph compiler
+    picks for the CPU (:mod:`taskloom.graph.passes.layout`), where the sum runs over a
+    pixel's contiguous channels.
     """
     op = "conv2d"
-    x = _spatial_input(op, x)
+    layout = _layout_arg(op, layout)
+    nhwc = layout == "NHWC"
+    x = _spatial_input(op, x, layout)
     weight = as_tensor(op, "weight", weight, like=x)
     _check_numeric(op, "x", x, float_only=True)
     _check_same_dtype(op, "weight", weight, x, "x")
+    w_layout = "(KH, KW, in_channels / groups, out_channels)" if nhwc else "(out_channels, in_channels / groups, KH, KW)"
     if weight.ndim != 4:
-        raise OpError(f"{op}(): 'weight' must be 4-d (out_channels, in_channels / groups, KH, KW), "
-                      f"got shape {tuple(weight.shape)}")
+        raise OpError(f"{op}(): 'weight' must be 4-d {w_layout}, got shape {tuple(weight.shape)}")
     if not _is_int(groups) or groups < 1:
         raise OpError(f"{op}(): 'groups' must be a positive int, got {groups!r}")
     groups = int(groups)
     sh, sw = _ints(op, "stride", stride, 2, 1)
     dh, dw = _ints(op, "dilation", dilation, 2, 1)
-    c_in, h, w = x.shape[-3:]
-    c_out, c_per_group, kh, kw = weight.shape
+    if nhwc:
+        h, w, c_in = x.shape[-3:]
+        kh, kw, c_per_group, c_out = weight.shape
+    else:
+        c_in, h, w = x.shape[-3:]
+        c_out, c_per_group, kh, kw = weight.shape
     if c_in % groups:
         raise OpError(f"{op}(): 'groups'={groups} does not divide the {c_in} input channels of 'x' "
                       f"{tuple(x.shape)}")
@@ -346,14 +370,17 @@ def conv2d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any 
     batched = x.ndim == 4
 
     def build(X, W, Bias=None):
-        H, Wd = X.shape[-2:]
-        O, Cg, KH, KW = W.shape
+        if nhwc:
+            H, Wd = X.shape[-3:-1]
+            KH, KW, Cg, O = W.shape
+        else:
+            H, Wd = X.shape[-2:]
+            O, Cg, KH, KW = W.shape
         oh = (H + (pt + pb) - ((KH - 1) * dh + 1)) // sh + 1
         ow = (Wd + (pl + pr) - ((KW - 1) * dw + 1)) // sw + 1
         acc = _acc_type(X.dtype)
 
-        def fn(*idx):
-            *lead, o, oy, ox = idx
+        def value(lead, o, oy, ox):
             first = 0 if groups == 1 else (o // (O // groups)) * Cg  # first input channel of o's group
 
             def term(c, ky, kx):
@@ -361,24 +388,30 @@ def conv2d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any 
                 ix = _window_index(ox, sw, pl, kx, dw)
                 inside = ([0 <= iy] if pt else []) + ([iy < H] if pb else []) + \
                          ([0 <= ix] if pl else []) + ([ix < Wd] if pr else [])
-                v = E.cast(X[(*lead, c if groups == 1 else first + c, iy, ix)], acc)
+                ci = c if groups == 1 else first + c
+                v = E.cast(X[(*lead, iy, ix, ci) if nhwc else (*lead, ci, iy, ix)], acc)
                 if inside:
                     v = E.select(E.logical_and(*inside), v, E.const(0.0, acc))
-                return v * E.cast(W[o, c, ky, kx], acc)
-            s = reduce([Cg, KH, KW], term, "sum")
+                return v * E.cast(W[(ky, kx, c, o) if nhwc else (o, c, ky, kx)], acc)
+            if nhwc:  # the channel innermost: the sum walks a pixel's contiguous channels
+                s = reduce([KH, KW, Cg], lambda ky, kx, c: term(c, ky, kx), "sum")
+            else:
+                s = reduce([Cg, KH, KW], term, "sum")
             if Bias is not None:
                 s = s + E.cast(Bias[o], acc)
             return E.cast(s, X.dtype)
         lead_shape = [X.shape[0]] if batched else []
-        return compute(op, [*lead_shape, O, oh, ow], fn)
-    return apply(op, inputs, names, build, {"stride": (sh, sw), "padding": (pt, pb, pl, pr),
-                                           "dilation": (dh, dw), "groups": groups})[0]
+        if nhwc:
+            return compute(op, [*lead_shape, oh, ow, O], lambda *i: value(i[:-3], i[-1], i[-3], i[-2]))
+        return compute(op, [*lead_shape, O, oh, ow], lambda *i: value(i[:-3], i[-3], i[-2], i[-1]))
+    attrs = {"stride": (sh, sw), "padding": (pt, pb, pl, pr), "dilation": (dh, dw), "groups": groups}
+    return apply(op, inputs, names, build, _layout_attrs(attrs, layout))[0]
 
 
 # ----------------------------------------------------------------------------- pooling
 
 def _pool_args(op: str, x: Tensor, kernel_size: Any, stride: Any, padding: Any, dilation: Any,
-               ceil_mode: bool) -> tuple[tuple[int, int], ...]:
+               ceil_mode: bool, layout: str = "NCHW") -> tuple[tuple[int, int], ...]:
     """Validated (kernel, stride, padding, dilation) pairs; the output must not be empty."""
     k = _ints(op, "kernel_size", kernel_size, 2, 1)
     s = k if stride is None or (isinstance(stride, (tuple, list)) and len(stride) == 0) \
@@ -391,12 +424,41 @@ def _pool_args(op: str, x: Tensor, kernel_size: Any, stride: Any, padding: Any, 
         if pi > ki // 2:
             raise OpError(f"{op}(): 'padding'={padding!r} must be at most half of 'kernel_size'="
                           f"{kernel_size!r} (each padding <= kernel // 2)")
-    for axis, size, ki, si, pi, di in zip(("height", "width"), x.shape[-2:], k, s, p, d):
+    hw = x.shape[-3:-1] if layout == "NHWC" else x.shape[-2:]
+    for axis, size, ki, si, pi, di in zip(("height", "width"), hw, k, s, p, d):
         out = _pool_out_size(size, ki, si, pi, di, ceil_mode)
         if out < 1:
             raise OpError(f"{op}(): the window of 'kernel_size'={kernel_size!r} (dilation {di}, padding {pi}) "
                           f"does not fit the {axis} {size} of 'x' {tuple(x.shape)}; the output would be empty")
     return k, s, p, d  # type: ignore[return-value]
+
+
+def _spatial_dims(X: Any, layout: str) -> tuple[list, Dim, Dim]:
+    """(leading dims without the channel's position, H, W) of a placeholder in ``layout``."""
+    if layout == "NHWC":
+        *lead, H, W, C = X.shape
+        return [*lead, C], H, W
+    *lead, H, W = X.shape
+    return lead, H, W
+
+
+def _at(lead: Sequence[E.Expr], iy: E.Expr, ix: E.Expr, layout: str) -> tuple:
+    """The index of pixel (iy, ix) of channel ``lead[-1]`` (batch before it) in ``layout``."""
+    return (*lead, iy, ix) if layout == "NCHW" else (*lead[:-1], iy, ix, lead[-1])
+
+
+def _spatial_compute(op: str, lead_shape: list, oh: Dim, ow: Dim, fn: Callable, layout: str):
+    """The pooled tensor in ``layout``; ``fn(lead, oy, ox)`` gives an element, ``lead``
+    being the batch and channel indices."""
+    if layout == "NHWC":
+        return compute(op, [*lead_shape[:-1], oh, ow, lead_shape[-1]],
+                       lambda *i: fn((*i[:-3], i[-1]), i[-3], i[-2]))
+    return compute(op, [*lead_shape, oh, ow], lambda *i: fn(i[:-2], i[-2], i[-1]))
+
+
+def _layout_attrs(attrs: dict, layout: str) -> dict:
+    """NCHW operators keep the attributes (and so the record keys) they always had."""
+    return attrs if layout == "NCHW" else {**attrs, "layout": layout}
 
 
 def _inside(coords: Sequence[tuple[E.Expr, Dim, bool, bool]]) -> list[E.Expr]:
@@ -411,43 +473,44 @@ def _inside(coords: Sequence[tuple[E.Expr, Dim, bool, bool]]) -> list[E.Expr]:
 
 
 def max_pool2d(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1,
-               ceil_mode: bool = False) -> Tensor:
+               ceil_mode: bool = False, layout: str = "NCHW") -> Tensor:
     """2-D max pooling of an NCHW (or CHW) input, with torch semantics.
 
     ``kernel_size``, ``stride`` (default: the kernel size), ``padding`` (symmetric, at most
     half the kernel) and ``dilation`` are an int or a pair (rows, columns). Padding never
     wins the max. With ``ceil_mode`` the output size rounds up, but a last window must
     start inside the input or its left/top padding. Example: ``max_pool2d(x, 3, 2, 1)``
-    halves a 112x112 map to 56x56.
+    halves a 112x112 map to 56x56. ``layout="NHWC"`` pools an (N, H, W, C) input.
     """
     op = "max_pool2d"
-    x = _spatial_input(op, x)
+    layout = _layout_arg(op, layout)
+    x = _spatial_input(op, x, layout)
     _check_numeric(op, "x", x, float_only=True)
-    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = _pool_args(op, x, kernel_size, stride, padding, dilation, ceil_mode)
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = _pool_args(op, x, kernel_size, stride, padding, dilation,
+                                                        ceil_mode, layout)
 
     def build(X):
-        *lead_shape, H, W = X.shape
+        lead_shape, H, W = _spatial_dims(X, layout)
         oh = _pool_out_size(H, kh, sh, ph, dh, ceil_mode)
         ow = _pool_out_size(W, kw, sw, pw, dw, ceil_mode)
         lowest = E.const(-float("inf"), X.dtype)
 
-        def fn(*idx):
-            *lead, oy, ox = idx
-
+        def fn(lead, oy, ox):
             def elem(ky, kx):
                 iy = _window_index(oy, sh, ph, ky, dh)
                 ix = _window_index(ox, sw, pw, kx, dw)
-                v = X[(*lead, iy, ix)]
+                v = X[_at(lead, iy, ix, layout)]
                 inside = _inside([(iy, H, ph > 0, ph > 0 or ceil_mode), (ix, W, pw > 0, pw > 0 or ceil_mode)])
                 return E.select(E.logical_and(*inside), v, lowest) if inside else v
             return reduce([kh, kw], elem, "max")
-        return compute(op, [*lead_shape, oh, ow], fn)
-    return apply(op, [x], ["x"], build, {"kernel_size": (kh, kw), "stride": (sh, sw), "padding": (ph, pw),
-                                         "dilation": (dh, dw), "ceil_mode": ceil_mode})[0]
+        return _spatial_compute(op, lead_shape, oh, ow, fn, layout)
+    return apply(op, [x], ["x"], build, _layout_attrs({"kernel_size": (kh, kw), "stride": (sh, sw), "padding": (ph, pw),
+                                                       "dilation": (dh, dw), "ceil_mode": ceil_mode}, layout))[0]
 
 
 def avg_pool2d(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False,
-               count_include_pad: bool = True, divisor_override: int | None = None) -> Tensor:
+               count_include_pad: bool = True, divisor_override: int | None = None,
+               layout: str = "NCHW") -> Tensor:
     """2-D average pooling of an NCHW (or CHW) input, with torch semantics.
 
     ``kernel_size``, ``stride`` (default: the kernel size) and ``padding`` (symmetric, at
@@ -455,19 +518,22 @@ def avg_pool2d(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0, c
     the window clipped to the padded input (``count_include_pad=True``) or to the input
     itself (``False``), and ``divisor_override`` replaces it. ``ceil_mode`` rounds the output
     size up, keeping only windows that start inside the input or its left/top padding.
-    Example: ``avg_pool2d(x, 2)`` halves each spatial size.
+    Example: ``avg_pool2d(x, 2)`` halves each spatial size. ``layout="NHWC"`` pools an
+    (N, H, W, C) input.
     """
     op = "avg_pool2d"
-    x = _spatial_input(op, x)
+    layout = _layout_arg(op, layout)
+    x = _spatial_input(op, x, layout)
     _check_numeric(op, "x", x, float_only=True)
-    (kh, kw), (sh, sw), (ph, pw), _ = _pool_args(op, x, kernel_size, stride, padding, 1, ceil_mode)
+    (kh, kw), (sh, sw), (ph, pw), _ = _pool_args(op, x, kernel_size, stride, padding, 1, ceil_mode,
+                                                 layout)
     if not isinstance(count_include_pad, bool):
         raise OpError(f"{op}(): 'count_include_pad' must be a bool, got {count_include_pad!r}")
     if divisor_override is not None and (not _is_int(divisor_override) or divisor_override < 1):
         raise OpError(f"{op}(): 'divisor_override' must be a positive int or None, got {divisor_override!r}")
 
     def build(X):
-        *lead_shape, H, W = X.shape
+        lead_shape, H, W = _spatial_dims(X, layout)
         oh = _pool_out_size(H, kh, sh, ph, 1, ceil_mode)
         ow = _pool_out_size(W, kw, sw, pw, 1, ceil_mode)
         acc = _acc_type(X.dtype)
@@ -482,13 +548,11 @@ def avg_pool2d(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0, c
                 start, end = (_max(start, 0) if p else start), _min(end, size)
             return end - start
 
-        def fn(*idx):
-            *lead, oy, ox = idx
-
+        def fn(lead, oy, ox):
             def elem(ky, kx):
                 iy = _window_index(oy, sh, ph, ky, 1)
                 ix = _window_index(ox, sw, pw, kx, 1)
-                v = E.cast(X[(*lead, iy, ix)], acc)
+                v = E.cast(X[_at(lead, iy, ix, layout)], acc)
                 inside = _inside([(iy, H, ph > 0, ph > 0 or ceil_mode), (ix, W, pw > 0, pw > 0 or ceil_mode)])
                 return E.select(E.logical_and(*inside), v, E.const(0.0, acc)) if inside else v
             total = reduce([kh, kw], elem, "sum")
@@ -498,10 +562,10 @@ def avg_pool2d(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0, c
                 count = extent(oy, H, kh, sh, ph) * extent(ox, W, kw, sw, pw)
             div = E.const(float(count), acc) if isinstance(count, int) else E.cast(count, acc)
             return E.cast(total / div, X.dtype)
-        return compute(op, [*lead_shape, oh, ow], fn)
-    return apply(op, [x], ["x"], build, {"kernel_size": (kh, kw), "stride": (sh, sw), "padding": (ph, pw),
-                                         "ceil_mode": ceil_mode, "count_include_pad": count_include_pad,
-                                         "divisor_override": divisor_override})[0]
+        return _spatial_compute(op, lead_shape, oh, ow, fn, layout)
+    return apply(op, [x], ["x"], build, _layout_attrs({
+        "kernel_size": (kh, kw), "stride": (sh, sw), "padding": (ph, pw), "ceil_mode": ceil_mode,
+        "count_include_pad": count_include_pad, "divisor_override": divisor_override}, layout))[0]
 
 
 def adaptive_avg_pool2d(x: Any, output_size: Any) -> Tensor:

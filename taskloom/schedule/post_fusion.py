@@ -11,7 +11,9 @@ and ``B`` by element or copies a vector of them into a buffer of its own (packin
   for that element from its true inputs (a transpose reads ``x[k, m]``, img2col reads the
   input window, and with no prologue it is the input itself);
 - replaces every packing copy by the prologue vectorized along the copied axis (one masked
-  load when the operand is an input read in order), lane by lane otherwise;
+  load when the operand is an input read in order), lane by lane otherwise; a template whose
+  copies all start at multiples of the vector length says so (the ``pack_aligned``
+  attribute), which lets an NHWC window vectorize along its channels;
 - replaces every store ``C[b, m, n:n+L] = v`` by the epilogue evaluated on ``v``, vectorized
   along ``n`` when the epilogue allows (bias, activations, residual adds), lane by lane
   otherwise, written to the group's true output at the element's offset.
@@ -70,8 +72,9 @@ class _FlatReads(Rewriter):
 
 class _Fuse(Rewriter):
     def __init__(self, con: Contraction, A: E.Var, B: E.Var, C: E.Var, params: dict[TensorInput, E.Var],
-                 out: E.Var):
+                 out: E.Var, aligned: bool = False):
         self.con, self.A, self.B, self.C, self.out = con, A, B, C, out
+        self.aligned = aligned  # packing copies start at multiples of the vector length
         flat = _FlatReads(params)
         bounds = con.bounds
         self.a = simplify_expr(flat.visit(con.a), bounds)
@@ -116,7 +119,7 @@ class _Fuse(Rewriter):
         count = self.visit(load.count) if load.count is not None else None
         lanes = load.lanes
         idx = tuple(self.visit(i) for i in s.indices)
-        vector = vectorize_expr(expr, along, start, lanes, count)
+        vector = vectorize_expr(expr, along, start, lanes, count, aligned=self.aligned)
         if vector is not None:
             if count is None or isinstance(vector, E.VectorLoad):  # a masked load already zeroes the rest
                 return S.VectorStore(s.tensor, idx, vector)
@@ -194,7 +197,7 @@ def fuse_contraction(program: S.Function, con: Contraction, name: str | None = N
     names = _param_names(con, taken)
     params = {t: _flat_var(n, t.type) for t, n in zip(con.task.inputs, names)}
     out = _flat_var(names[-1], con.output.type)  # type: ignore[arg-type]
-    fuse = _Fuse(con, A, B, C, params, out)
+    fuse = _Fuse(con, A, B, C, params, out, aligned=dict(program.attrs).get("pack_aligned", False))
     body = fuse.visit(program.body)
     return S.Function(name or program.name, (*params.values(), out), body, program.kind, program.attrs)
 

@@ -6,6 +6,10 @@ Rules, by the shape of each subexpression:
 - ``X[..., base + j]`` with the rest free of ``j``: one (masked) vector load;
 - ``X[..., base + s * j]`` for a small constant stride ``s`` (pooling, strided convolutions):
   one gather, on targets with 8 or 16 float lanes (AVX2, AVX-512);
+- when the caller promises that ``j0`` is a multiple of ``lanes`` (``aligned``), ``j // D`` and
+  ``j % D`` for a constant ``D`` that ``lanes`` divides are the same for every lane but for
+  the remainder's lane offset: an NHWC img2col window ``x[.., (j // C) .., j % C]`` with ``C``
+  a multiple of the vector reads one contiguous run of channels per vector;
 - arithmetic, comparisons, select and vector-capable primitives of vector operands: the
   same operation on vectors.
 Anything else (any other gather along ``j``, ``j`` used as a value, a non-float32 element) makes
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 from taskloom.ir import expr as E
 from taskloom.ir.dtypes import float32
+from taskloom.ir.functor import Rewriter
 from taskloom.transforms.linear import linear_form
 from taskloom.transforms.simplify import simplify_expr
 
@@ -26,6 +31,23 @@ _VECTOR_BINARY = frozenset({"add", "sub", "mul", "div", "min", "max", "lt", "le"
 
 class _NotVectorizable(Exception):
     pass
+
+
+class _AlignedDivMod(Rewriter):
+    """``j // D`` -> ``j0 // D`` and ``j % D`` -> ``j0 % D + (j - j0)``, for ``j`` in
+    ``[j0, j0 + lanes)`` with ``j0 >= 0`` a multiple of ``lanes`` and ``D`` a positive multiple
+    of ``lanes``: no two lanes of the vector fall on different sides of a multiple of ``D``."""
+
+    def __init__(self, j: E.Var, j0: E.Expr, lanes: int):
+        self.j, self.j0, self.lanes = j, j0, lanes
+
+    def visit_Binary(self, e: E.Binary) -> E.Expr:
+        if e.op in ("div", "mod") and e.a == self.j and isinstance(e.b, E.Constant) \
+                and int(e.b.value) > 0 and int(e.b.value) % self.lanes == 0:
+            if e.op == "div":
+                return E.binary("div", self.j0, e.b)
+            return E.binary("mod", self.j0, e.b) + (self.j - self.j0)
+        return self.generic_visit(e)
 
 
 #: The largest stride read with a gather; past it a row of lanes spans too many cache lines.
@@ -95,12 +117,16 @@ class _Vectorizer:
 
 
 def vectorize_expr(e: E.Expr, j: E.Var, j0: E.Expr, lanes: int, count: E.Expr | None = None,
-                   vectors: dict[E.Var, E.Expr] | None = None) -> E.Expr | None:
+                   vectors: dict[E.Var, E.Expr] | None = None, aligned: bool = False) -> E.Expr | None:
     """``e`` for ``j = j0, j0 + 1, ..., j0 + lanes - 1`` as one vector expression, or None.
 
     With ``count``, only the first ``count`` lanes are loaded (a loop tail). ``vectors``
-    maps scalar variables of ``e`` to vectors already holding their lanes.
+    maps scalar variables of ``e`` to vectors already holding their lanes. ``aligned``
+    promises that ``j0`` is a non-negative multiple of ``lanes``, which lets divisions of
+    ``j`` by multiples of ``lanes`` vectorize.
     """
+    if aligned:
+        e = _AlignedDivMod(j, j0, lanes).visit(e)
     try:
         return _Vectorizer(j, j0, lanes, count, vectors).vec(e)
     except _NotVectorizable:

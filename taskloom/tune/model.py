@@ -196,7 +196,7 @@ def pack_kinds(con, target: CpuTarget) -> tuple[str, str]:
     L = target.vector_lanes(float32)
 
     def kind(expr: E.Expr, along: E.Var) -> str:
-        vector = vectorize_expr(expr, along, E.Var("pack_start", along.type), L, None)
+        vector = vectorize_expr(expr, along, E.Var("pack_start", along.type), L, None, aligned=True)
         if vector is None:
             return f"lane{len(collect(expr, E.Expr))}"
         if isinstance(vector, E.VectorLoad) and vector.stride == 1:

@@ -15,7 +15,8 @@ Edges need no padding copies: rows past M are read as row M-1 and never stored, 
 past N are packed as zeros and masked off when stored, and K's last block is short.
 
 The template reads its operands only through the packing loops (scalar element reads of
-``A[b, m, k]`` and ``B[b, k, n]``) and writes C only through the micro-kernel's final
+``A[b, m, k]`` and ``B[b, k, n]``, copied a vector at a time, each copy starting at a multiple of the vector
+length: the ``pack_aligned`` attribute) and writes C only through the micro-kernel's final
 vector stores. That is the whole contract post-scheduling fusion needs
 (:mod:`taskloom.schedule.post_fusion`): it replaces those reads with the group's prologue
 and those stores with its epilogue, so the template knows nothing about fusion. Partial
@@ -89,8 +90,9 @@ def matmul_program(shape: tuple[int, int, int, int], config: MatmulConfig, targe
     BAND_N = _round_up(cdiv(N, PN), NR)
     MC = min(_round_up(c.mc, MR), BAND_M)
     NC = min(_round_up(c.nc, NR), BAND_N)
-    KC = min(c.kc, K)
+    KC = min(_round_up(c.kc, L), K)  # a multiple of the vector when K spans blocks: packing copies start aligned
     KB = cdiv(K, KC)
+    KCP = _round_up(KC, L)  # A's packed rows are whole vectors long
     # partial sums of the band's tiles between K blocks; one row when K is a single block
     CB_ROWS, CB_COLS = (BAND_M, NC) if KB > 1 else (1, 1)
     fvec = vec(f32, L)
@@ -98,7 +100,7 @@ def matmul_program(shape: tuple[int, int, int, int], config: MatmulConfig, targe
     @kernel
     def matmul(A: f32[Bt, M, K], B: f32[Bt, K, N], C: f32[Bt, M, N]):
         for w in parallel(P):
-            Ap = local_tensor(f32, [MC, KC])
+            Ap = local_tensor(f32, [MC, KCP])
             Bp = local_tensor(f32, [NC // NR, KC, NR])
             Cb = local_tensor(f32, [CB_ROWS, CB_COLS])
             for tm, tn in spatial(PM, PN).on(w):
@@ -122,10 +124,13 @@ def matmul_program(shape: tuple[int, int, int, int], config: MatmulConfig, targe
                             for mb in range(cdiv(m_hi - m_lo, MC)):
                                 m0 = m_lo + mb * MC
                                 mm = min(MC, m_hi - m0)
-                                "pack A's MC x KC block; rows past M repeat row M-1 (never stored)"
+                                "pack A's MC x KC block by vectors along K; rows past M repeat row M-1 (never stored)"
                                 for i in range(cdiv(mm, MR) * MR):
-                                    for k in vectorize(kn):
-                                        Ap[i, k] = A[b, min(m0 + i, M - 1), k0 + k]
+                                    for kv in range(kn // L):
+                                        vstore(Ap[i, kv * L], vload(A[b, min(m0 + i, M - 1), k0 + kv * L], L))
+                                    if kn % L != 0:
+                                        kt = kn - kn % L
+                                        vstore(Ap[i, kt], vload(A[b, min(m0 + i, M - 1), k0 + kt], L, kn % L))
                                 for jr in range(cdiv(nn, NR)):
                                     for ir in range(cdiv(mm, MR)):
                                         acc = register_tensor(fvec, [MR, NV])
@@ -155,7 +160,8 @@ def matmul_program(shape: tuple[int, int, int, int], config: MatmulConfig, targe
 
     fn = matmul
     return S.Function(name, fn.params, fn.body, fn.kind,
-                      (("template", "matmul_cpu"), ("config", str(c)), ("shape", (Bt, M, N, K))))
+                      (("template", "matmul_cpu"), ("config", str(c)), ("shape", (Bt, M, N, K)),
+                       ("pack_aligned", True)))
 
 
 def default_config(shape: tuple[int, int, int, int], target: CpuTarget) -> MatmulConfig:

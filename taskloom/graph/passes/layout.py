@@ -1,0 +1,164 @@
+"""The CPU layout pass: convolutions run in NHWC where that pays, and the layout flows
+through the operators between them so that conversions happen only at the region's edges.
+
+Why NHWC: a convolution is an implicit GEMM. In NCHW its window runs along a row of
+pixels, which wraps from one image row to the next inside a vector, so the window is packed
+element by element; in NHWC it runs along a pixel's channels, which are contiguous, so it
+packs by vectors (with the channels a multiple of the vector), the weight becomes a
+constant ``(KH, KW, C, O)`` matrix read by rows, and the result is stored by rows of
+output channels. Pooling and depthwise convolutions vectorize over the channels.
+
+Which convolutions: ``groups == 1`` with a 1x1 kernel or input channels a multiple of 16
+(the stem of a CNN, 3 channels and 7x7, stays NCHW: its window cannot pack by vectors
+either way, and its NHWC form measured slower), and depthwise convolutions. The pass:
+
+- rewrites such a ``conv2d`` as ``conv2d(x', w', layout="NHWC")``, where ``x'`` is the NHWC
+  form of its input: the NHWC tensor it came from when there is one, else a ``permute``;
+- rewrites pooling, elementwise operators (any operator whose every input is read at the
+  output's index, broadcast), concatenation along the channels and global average pooling
+  whose input has an NHWC form into their NHWC forms;
+- gives every rewritten node's NCHW result as ``permute(y', (0, 3, 1, 2))``, for the
+  operators that need NCHW (a flatten before the classifier, a graph output). The ones no
+  operator reads are dead, and a conversion that meets its inverse cancels
+  (:mod:`~taskloom.graph.passes.simplify`); the rest fuse into their neighbours as
+  prologues or epilogues.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from taskloom import ops
+from taskloom.graph.graph import Graph, Node, record
+from taskloom.graph.passes.rewrite import Rewrite, rewrite
+from taskloom.graph.tensor import Tensor, asarray
+from taskloom.ir import expr as E
+from taskloom.ir.compute import GridCompute, Task, TensorInput, tensor_input
+from taskloom.ir.functor import Rewriter, collect
+
+TO_NHWC = (0, 2, 3, 1)
+TO_NCHW = (0, 3, 1, 2)
+
+#: Input channels a convolution's window needs to pack by whole vectors (AVX-512's 16
+#: floats; AVX2's 8 divide it).
+CHANNEL_MULTIPLE = 16
+
+
+def conv_pays(node: Node) -> bool:
+    """Whether ``node`` (a conv2d) runs faster in NHWC (see the module docstring)."""
+    a = node.task.attr
+    x, w = node.inputs[0], node.inputs[1]
+    if node.op != "conv2d" or a("layout", "NCHW") != "NCHW" or x.ndim != 4 or x.dtype.name != "float32":
+        return False
+    c, o = x.shape[1], w.shape[0]
+    if a("groups") == 1:
+        return w.shape[2:] == (1, 1) or c % CHANNEL_MULTIPLE == 0
+    return a("groups") == c == o  # depthwise: vectorized over the channels
+
+
+def _is_elementwise(node: Node) -> bool:
+    """Whether ``node`` computes a 4-d output element from its inputs' elements at that
+    index (numpy broadcasting), and nothing else: such a node is the same in any layout."""
+    task = node.task
+    if len(task.outputs) != 1 or len(node.outputs[0].shape) != 4:
+        return False
+    out = task.outputs[0]
+    if collect(out.value, GridCompute) or any(t.ndim > 4 for t in node.inputs):
+        return False
+    for e in collect(out.value, E.TensorElement):
+        p = e.tensor
+        if not isinstance(p, TensorInput):
+            return False
+        for k, (i, d) in enumerate(zip(e.indices, p.shape)):
+            axis = out.axes[4 - len(p.shape) + k]
+            if not (i == axis or (isinstance(i, E.Constant) and int(i.value) == 0 and _is_one(d))):
+                return False
+    return True
+
+
+def _is_one(d: E.Expr) -> bool:
+    return isinstance(d, E.Constant) and int(d.value) == 1
+
+
+class _Relayout(Rewriter):
+    """Reads ``p[i...]`` of an NCHW placeholder become reads of its NHWC stand-in."""
+
+    def __init__(self, inputs: dict[TensorInput, TensorInput]):
+        self.inputs = inputs
+
+    def visit_TensorElement(self, e: E.TensorElement) -> E.Expr:
+        if e.tensor in self.inputs:
+            idx = [E.as_expr(0)] * (4 - len(e.indices)) + list(e.indices)
+            return E.TensorElement(self.inputs[e.tensor], tuple(idx[d] for d in TO_NHWC))
+        return self.generic_visit(e)
+
+
+def _elementwise_nhwc(node: Node, inputs: list[Tensor]) -> Tensor:
+    """``node`` (elementwise, see :func:`_is_elementwise`) on NHWC ``inputs`` (each 4-d)."""
+    task, out = node.task, node.task.outputs[0]
+    new = {p: tensor_input(p.name, p.dtype, t.shape) for p, t in zip(task.inputs, inputs)}
+    value = _Relayout(new).visit(out.value)
+    grid = GridCompute(out.name, tuple(out.shape[d] for d in TO_NHWC), tuple(out.axes[d] for d in TO_NHWC), value)
+    return record(Task(task.name, list(new.values()), [grid], task.attrs), inputs)[0]
+
+
+class _Layouts:
+    """The NHWC form of the tensors of the new graph that have one."""
+
+    def __init__(self) -> None:
+        self.nhwc: dict[int, Tensor] = {}
+
+    def to_nhwc(self, t: Tensor) -> Tensor:
+        """``t`` (at most 4-d, broadcast to 4-d by leading ones) in NHWC."""
+        if id(t) in self.nhwc:
+            return self.nhwc[id(t)]
+        shape = (1,) * (4 - t.ndim) + tuple(t.shape)
+        if t.is_concrete:
+            return asarray(np.ascontiguousarray(t.numpy().reshape(shape).transpose(TO_NHWC)))
+        return ops.permute(t if t.ndim == 4 else ops.reshape(t, shape), TO_NHWC)
+
+    def give(self, y: Tensor) -> Tensor:
+        """The NCHW form of the NHWC ``y``, remembered as having ``y`` for its NHWC form."""
+        back = ops.permute(y, TO_NCHW)
+        self.nhwc[id(back)] = y
+        return back
+
+    def has(self, t: Tensor) -> bool:
+        return id(t) in self.nhwc
+
+
+def _rule(layouts: _Layouts):
+    def rule(node: Node, inputs: list[Tensor], ctx: Rewrite) -> list[Tensor] | None:  # noqa: ARG001
+        a = node.task.attr
+        if node.op == "conv2d" and conv_pays(node):
+            w = inputs[1]
+            w = asarray(np.ascontiguousarray(w.numpy().transpose(2, 3, 1, 0))) if w.is_concrete \
+                else ops.permute(w, (2, 3, 1, 0))
+            y = ops.conv2d(layouts.to_nhwc(inputs[0]), w, inputs[2] if len(inputs) > 2 else None,
+                           stride=a("stride"), padding=a("padding"), dilation=a("dilation"), groups=a("groups"),
+                           layout="NHWC")
+            return [layouts.give(y)]
+        if not any(layouts.has(t) for t in inputs):
+            return None
+        if node.op in ("max_pool2d", "avg_pool2d") and a("layout", "NCHW") == "NCHW" and inputs[0].ndim == 4:
+            kwargs = {k: v for k, v in node.task.attrs}
+            kwargs["layout"] = "NHWC"
+            kwargs.pop("kernel_size")
+            pool = ops.max_pool2d if node.op == "max_pool2d" else ops.avg_pool2d
+            return [layouts.give(pool(layouts.to_nhwc(inputs[0]), a("kernel_size"), **kwargs))]
+        if node.op == "global_avg_pool2d" and inputs[0].ndim == 4:
+            n, c = node.outputs[0].shape[:2]
+            mean = ops.mean(layouts.to_nhwc(inputs[0]), (1, 2), keepdim=True)
+            return [ops.reshape(mean, (n, c, 1, 1))]  # (N, 1, 1, C) and (N, C, 1, 1) share an order
+        if node.op == "concat" and a("axis") == 1 and all(t.ndim == 4 for t in inputs):
+            return [layouts.give(ops.concat([layouts.to_nhwc(t) for t in inputs], axis=3))]
+        if _is_elementwise(node):
+            return [layouts.give(_elementwise_nhwc(node, [layouts.to_nhwc(t) for t in inputs]))]
+        return None
+    return rule
+
+
+def choose_layout(graph: Graph) -> Graph:
+    """``graph`` with its convolutions in NHWC where that pays, the layout carried through
+    pooling and elementwise operators (see the module docstring); run the passes of
+    :func:`taskloom.graph.passes.optimize` after it to cancel and drop the conversions."""
+    return rewrite(graph, _rule(_Layouts()))

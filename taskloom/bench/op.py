@@ -4,7 +4,8 @@ ONNX Runtime on the same inputs.
     taskloom bench op matmul --shape M,N,K [--shape M,N,K ...] [--batch B]
         [--compare numpy,torch,ort] [--tune 0|1|2] [--repeats 30] [--target SPEC] [--json FILE]
     taskloom bench op conv2d --shape N,C,H,W,OC,KH,KW [--shape ...] [--stride S] [--pad P]
-        [--groups G] [--compare torch,ort] [--tune 0|1|2] [--repeats 30] [--target SPEC] [--json FILE]
+        [--groups G] [--layout NCHW|NHWC] [--compare torch,ort] [--tune 0|1|2] [--repeats 30]
+        [--target SPEC] [--json FILE]
 
 taskloom is always measured: the operator is traced on a graph input (a conv2d weight is a
 constant, as a model's weights are), compiled with ``taskloom.compile`` and called through
@@ -18,11 +19,17 @@ inputs (seed 0); each one is warmed up, then timed ``--repeats`` times in its ow
 system after another; see :mod:`taskloom.bench.timing`), and its output is compared with a
 float64 numpy reference (``max_abs_diff``).
 
+A conv2d's peers always take NCHW. taskloom takes NCHW too by default, and its layout pass
+then runs the convolution in NHWC when that pays, converting the input and the result
+inside the kernel; ``--layout NHWC`` gives taskloom the NHWC input and weight directly, as
+between two convolutions of a model, where no conversion is left (the result is compared
+after converting it back, outside the timing).
+
 ``--json FILE`` writes::
 
     {"op": "matmul" | "conv2d",
      "command": the command line as typed,
-     "args": {"batch" | "stride", "pad", "groups", "compare", "tune", "repeats", "target"},
+     "args": {"batch" | "stride", "pad", "groups", "layout", "compare", "tune", "repeats", "target"},
      "results": [{"shape": [ints as given to --shape],
                   "dims": {named sizes, e.g. "B", "M", "N", "K" or "N" ... "OH", "OW"},
                   "flop": int,
@@ -93,6 +100,12 @@ class MatmulProblem:
     def reference(self) -> np.ndarray:
         return np.matmul(self.arrays["a"].astype(np.float64), self.arrays["b"].astype(np.float64))
 
+    def taskloom_inputs(self) -> list[np.ndarray]:
+        return [self.arrays[k] for k in self.inputs]
+
+    def from_taskloom(self, out: np.ndarray) -> np.ndarray:
+        return out
+
     def trace(self) -> Graph:
         a, b = (graph_input(self.arrays[k].shape, "float32", name=k) for k in self.inputs)
         return Graph([a, b], [taskloom.ops.matmul(a, b)])
@@ -121,6 +134,7 @@ class Conv2dProblem:
         self.shape = shape
         n, c, h, w, oc, kh, kw = shape
         self.stride, self.pad, self.groups = args.stride, args.pad, args.groups or c
+        self.layout: str = args.layout
         self.oh = (h + 2 * self.pad - kh) // self.stride + 1
         self.ow = (w + 2 * self.pad - kw) // self.stride + 1
         self.dims = {"N": n, "C": c, "H": h, "W": w, "OC": oc, "KH": kh, "KW": kw, "OH": self.oh, "OW": self.ow}
@@ -158,11 +172,22 @@ class Conv2dProblem:
                 out += np.matmul(wg[:, :, :, i, j], taps.reshape(n, g, cg, oh * ow))
         return out.reshape(n, oc, oh, ow)
 
+    def taskloom_inputs(self) -> list[np.ndarray]:
+        x = self.arrays["x"]
+        return [np.ascontiguousarray(x.transpose(0, 2, 3, 1)) if self.layout == "NHWC" else x]
+
+    def from_taskloom(self, out: np.ndarray) -> np.ndarray:
+        return out.transpose(0, 3, 1, 2) if self.layout == "NHWC" else out
+
     def trace(self) -> Graph:
-        x = graph_input(self.arrays["x"].shape, "float32", name="x")
-        y = taskloom.ops.nn.conv2d(x, taskloom.asarray(self.arrays["w"]), stride=self.stride,
-                                   padding=self.pad, groups=self.groups)
-        return Graph([x], [y])
+        (x,) = self.taskloom_inputs()
+        w = self.arrays["w"]
+        if self.layout == "NHWC":
+            w = np.ascontiguousarray(w.transpose(2, 3, 1, 0))
+        xi = graph_input(x.shape, "float32", name="x")
+        y = taskloom.ops.nn.conv2d(xi, taskloom.asarray(w), stride=self.stride, padding=self.pad,
+                                   groups=self.groups, layout=self.layout)
+        return Graph([xi], [y])
 
     def torch_call(self, torch: Any) -> Callable[[], Any]:
         x, w = torch.from_numpy(self.arrays["x"]), torch.from_numpy(self.arrays["w"])
@@ -189,7 +214,7 @@ def _taskloom_call(problem: Problem, target: CpuTarget, tune: int, info: dict[st
     started = time.perf_counter()
     compiled = taskloom.compile(graph, target=target, tune=tune)
     info["compile_s"] = time.perf_counter() - started
-    args = [problem.arrays[k] for k in problem.inputs]
+    args = problem.taskloom_inputs()
     return lambda: compiled(*args)
 
 
@@ -225,8 +250,10 @@ def _ort_call(problem: Problem, cores: int) -> Callable[[], Any]:
 
 
 def _measure(system: str, setup: Callable[[contextlib.ExitStack], Callable[[], Any]],
-             reference: np.ndarray, flop: int, repeats: int) -> dict[str, Any]:
-    """One row: the system set up, checked against the reference, then timed."""
+             reference: np.ndarray, flop: int, repeats: int,
+             convert: Callable[[np.ndarray], np.ndarray] | None = None) -> dict[str, Any]:
+    """One row: the system set up, checked against the reference (its output ``convert``-ed
+    to the reference's layout first, untimed), then timed."""
     row: dict[str, Any] = {"system": system, "median_ms": None, "gflops": None, "max_abs_diff": None, "error": None}
     for module in PEER_MODULES.get(system, ()):
         try:
@@ -238,6 +265,8 @@ def _measure(system: str, setup: Callable[[contextlib.ExitStack], Callable[[], A
         with contextlib.ExitStack() as stack:
             call = setup(stack)
             out = np.asarray(call())
+            if convert is not None:
+                out = convert(out)
             if out.shape != reference.shape:
                 raise TaskloomError(f"output shape {out.shape}, expected {reference.shape}")
             row["max_abs_diff"] = float(np.max(np.abs(out - reference))) if out.size else 0.0
@@ -259,7 +288,8 @@ def bench_shape(problem: Problem, peers: tuple[str, ...], target: CpuTarget, tun
         "torch": lambda stack: _torch_call(problem, cores, stack),
         "ort": lambda stack: _ort_call(problem, cores),
     }
-    rows = [_measure(name, setups[name], reference, problem.flop, repeats) for name in ("taskloom", *peers)]
+    rows = [_measure(name, setups[name], reference, problem.flop, repeats,
+                     problem.from_taskloom if name == "taskloom" else None) for name in ("taskloom", *peers)]
     return {"shape": list(problem.shape), "dims": problem.dims, "flop": problem.flop, "rows": rows, "taskloom": info}
 
 
@@ -320,7 +350,7 @@ def run(args: argparse.Namespace) -> int:
         print(format_result(args.op, results[-1], args.repeats, target.num_cores), flush=True)
     if args.json is not None:
         op_args = {"batch": args.batch} if args.op == "matmul" else \
-            {"stride": args.stride, "pad": args.pad, "groups": args.groups}
+            {"stride": args.stride, "pad": args.pad, "groups": args.groups, "layout": args.layout}
         op_args.update(compare=list(peers), tune=args.tune, repeats=args.repeats, target=args.target)
         record: dict[str, Any] = {"op": args.op, "command": shlex.join(["taskloom", "bench", "op", *args.argv]),
                                   "args": op_args}
@@ -413,6 +443,9 @@ def add_op_command(kinds: argparse._SubParsersAction) -> None:
             sub.add_argument("--groups", type=lambda t: _int_at_least(t, 0, "a non-negative integer"), default=1,
                              metavar="G", help="channel groups (default 1; 0: depthwise, as many groups as "
                                                "input channels, per shape)")
+            sub.add_argument("--layout", choices=("NCHW", "NHWC"), default="NCHW",
+                             help="taskloom's input and output layout (default NCHW, as the peers'; NHWC: "
+                                  "as between a model's convolutions, no conversion)")
         sub.add_argument("--compare", type=compare_type(name, problem.peers), default=None,
                          metavar=",".join(problem.peers),
                          help=f"the peers to time, comma-separated, or 'none' (default: {','.join(problem.peers)})")

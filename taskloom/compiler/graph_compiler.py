@@ -16,7 +16,7 @@ from taskloom.graph.tensor import Tensor
 from taskloom.graph.fusion import FusedGroup, fuse_graph
 from taskloom.runtime.compiled_graph import CompiledGraph
 from taskloom.runtime.memory_plan import Buffer, plan_memory
-from taskloom.schedule.select import schedule
+from taskloom.schedule.select import schedule_kernel
 from taskloom.target.cpu import CpuTarget, get_target
 
 
@@ -66,10 +66,28 @@ def compile_graph(graph: Graph, target: CpuTarget | str | None = None, *, tune: 
     timings["fusion"] = time.perf_counter() - phase
 
     refs: dict[int, Ref] = {id(t): Ref("in", k) for k, t in enumerate(graph.inputs)}
-    refs.update({id(c): Ref("w", k) for k, c in enumerate(graph.constants)})
+    # the constants the kernels read (a weight whose only reader takes it prepacked is
+    # dropped), numbered as they are first used
+    constants: list[np.ndarray] = []
+    graph_constants = {id(c): c for c in graph.constants}
+
+    def constant_ref(value: np.ndarray, key: int | None = None) -> Ref:
+        if key is not None and key in refs:
+            return refs[key]
+        constants.append(value)
+        ref = Ref("w", len(constants) - 1)
+        if key is not None:
+            refs[key] = ref
+        return ref
+
+    def ref_of(t: Tensor) -> Ref:
+        return constant_ref(t.numpy(), id(t)) if id(t) in graph_constants else refs[id(t)]
+
     outputs_meta: list[dict[str, Any]] = []
     for k, t in enumerate(graph.outputs):
         spec = {"name": f"output{k}", "dtype": t.dtype.name, "shape": [int(d) for d in t.shape], "copy_of": None}
+        if id(t) in graph_constants:
+            ref_of(t)
         if id(t) in refs:  # an input, a constant or an earlier output returned again: copied
             r = refs[id(t)]
             spec["copy_of"] = [r.kind, r.index]
@@ -97,15 +115,20 @@ def compile_graph(graph: Graph, target: CpuTarget | str | None = None, *, tune: 
     functions, calls, kernels = [], [], []
     for g, group in enumerate(groups):
         deadline = clock.deadline(tasks_left=len(groups) - g) if budget is not None else None
-        fn = schedule(group.task, tgt, name=f"k{g}_{group.name}", tune=tune, deadline=deadline)
-        if len(fn.params) != len(group.inputs) + len(group.outputs):
+        known = {k: t.numpy() for k, t in enumerate(group.inputs) if id(t) in graph_constants}
+        scheduled = schedule_kernel(group.task, tgt, name=f"k{g}_{group.name}", tune=tune, deadline=deadline,
+                                    constants=known)
+        fn = scheduled.fn
+        if len(fn.params) != len(scheduled.inputs) + len(group.outputs):
             raise TaskloomError(f"kernel {fn.name} has symbolic sizes; compiled graphs need static shapes")
         functions.append(fn)
-        args = tuple(refs[id(t)] for t in (*group.inputs, *group.outputs))
+        args = tuple(ref_of(group.inputs[x]) if isinstance(x, int) else constant_ref(x) for x in scheduled.inputs) + \
+            tuple(refs[id(t)] for t in group.outputs)
         calls.append(Call(c_symbol(fn.name), args, f"{group.name}: {' + '.join(group.ops)}"))
         kernels.append({"name": fn.name, "ops": group.ops, "category": group.category,
                         "anchor": group.anchor.op if group.anchor is not None else group.ops[0],
-                        "schedule": f"{fn.attr('template')}: {fn.attr('config')}" if fn.attr("template")
+                        "schedule": f"{fn.attr('template')}: {fn.attr('config')}"
+                        + (", B prepacked" if fn.attr("prepacked_b") else "") if fn.attr("template")
                         else "rule-based"})
     timings["schedule"] = time.perf_counter() - phase
     lib = build_library(functions, tgt, name="graph", extra_source=launcher_source(calls), timings=timings)
@@ -113,7 +136,7 @@ def compile_graph(graph: Graph, target: CpuTarget | str | None = None, *, tune: 
                        for t in graph.inputs],
             "outputs": outputs_meta, "arena_bytes": plan.arena_bytes, "memory": plan.describe(),
             "kernels": kernels, "target": tgt.to_dict(), "source": str(lib.source_path), "timings": timings}
-    compiled = CompiledGraph(lib.lib_path, meta, [np.ascontiguousarray(c.numpy()) for c in graph.constants])
+    compiled = CompiledGraph(lib.lib_path, meta, [np.ascontiguousarray(c) for c in constants])
     if verbose:
         print(f"compiled {len(graph.nodes)} operators into {len(groups)} kernels in "
               f"{time.perf_counter() - started:.2f} s; {plan.describe()}")

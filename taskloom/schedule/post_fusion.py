@@ -21,6 +21,11 @@ and ``B`` by element or copies a vector of them into a buffer of its own (packin
 So no intermediate tensor exists and a template knows nothing about fusion. Every tensor of
 the fused kernel is passed flat (one dimension), so an epilogue that reads a 4-d residual
 at a flattened column still sees consecutive elements as consecutive.
+
+A template may instead take ``B`` already packed (its ``prepacked_b`` attribute: B is a
+weight, packed once when the model is compiled): then ``B`` is a parameter of its own,
+kept as it is, and the task's inputs that only ``B`` read are no parameters of the fused
+kernel (its ``inputs`` attribute lists the positions of those that are).
 """
 from __future__ import annotations
 
@@ -71,14 +76,14 @@ class _FlatReads(Rewriter):
 
 
 class _Fuse(Rewriter):
-    def __init__(self, con: Contraction, A: E.Var, B: E.Var, C: E.Var, params: dict[TensorInput, E.Var],
+    def __init__(self, con: Contraction, A: E.Var, B: E.Var | None, C: E.Var, params: dict[TensorInput, E.Var],
                  out: E.Var, aligned: bool = False):
         self.con, self.A, self.B, self.C, self.out = con, A, B, C, out
         self.aligned = aligned  # packing copies start at multiples of the vector length
         flat = _FlatReads(params)
         bounds = con.bounds
         self.a = simplify_expr(flat.visit(con.a), bounds)
-        self.b = simplify_expr(flat.visit(con.b), bounds)
+        self.b = simplify_expr(flat.visit(con.b), bounds) if B is not None else None
         self.epilogue = simplify_expr(flat.visit(con.epilogue), bounds)
         self.tiles = 0
 
@@ -197,7 +202,14 @@ def fuse_contraction(program: S.Function, con: Contraction, name: str | None = N
     names = _param_names(con, taken)
     params = {t: _flat_var(n, t.type) for t, n in zip(con.task.inputs, names)}
     out = _flat_var(names[-1], con.output.type)  # type: ignore[arg-type]
-    fuse = _Fuse(con, A, B, C, params, out, aligned=dict(program.attrs).get("pack_aligned", False))
+    attrs = program.attrs
+    packed = program.attr("prepacked_b", 0)
+    fuse = _Fuse(con, A, None if packed else B, C, params, out, aligned=program.attr("pack_aligned", False))
     body = fuse.visit(program.body)
-    return S.Function(name or program.name, (*params.values(), out), body, program.kind, program.attrs)
+    if not packed:
+        return S.Function(name or program.name, (*params.values(), out), body, program.kind, attrs)
+    read = set(collect(con.a, TensorInput)) | set(collect(con.epilogue, TensorInput))
+    kept = [k for k, t in enumerate(con.task.inputs) if t in read]
+    inputs = [params[con.task.inputs[k]] for k in kept]
+    return S.Function(name or program.name, (*inputs, B, out), body, program.kind, (*attrs, ("inputs", tuple(kept))))
 

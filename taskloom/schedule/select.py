@@ -5,12 +5,16 @@ A (fused) task that reads as a contraction (:mod:`taskloom.schedule.contraction`
 matmul template with the config the tuning level asks for, and its prologues and epilogues
 through post-scheduling fusion. Everything else -- and contractions a template would serve
 badly, such as a matrix-vector product -- goes to :func:`~taskloom.schedule.rule_based.schedule_task`.
+When the graph compiler says which task inputs are constants, a contraction whose B reads
+only constants gets B packed at compile time (:mod:`taskloom.schedule.prepack`).
 """
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Mapping
+
+import numpy as np
 
 from taskloom.ir import stmt as S
 from taskloom.ir.printer import expr_text
@@ -19,7 +23,7 @@ from taskloom.ir.dtypes import float32
 from taskloom.schedule.contraction import Contraction, match_contraction
 from taskloom.schedule.post_fusion import fuse_contraction, fused_arg_specs
 from taskloom.schedule.rule_based import schedule_task
-from taskloom.schedule.templates.matmul_cpu import MatmulConfig, matmul_program
+from taskloom.schedule.templates.matmul_cpu import MatmulConfig, matmul_program, pack_b_panels
 from taskloom.target.cpu import CpuTarget
 
 
@@ -62,16 +66,19 @@ def tunable(con: Contraction, target: CpuTarget) -> Tunable:
     return Tunable(con, workload_key(con, kinds), pack, fused, fused_arg_specs(con))
 
 
-def choose_config(con: Contraction, target: CpuTarget, tune: int = 0, deadline: float | None = None) -> MatmulConfig:
+def choose_config(con: Contraction, target: CpuTarget, tune: int = 0, deadline: float | None = None,
+                  prepacked_b: bool = False) -> MatmulConfig:
     """The config for ``con``: a tuning record if one exists, a measured search of the
     fused kernel with ``tune`` > 0 (stopping at ``deadline``, a ``time.monotonic()``), else
-    the analytic model's top choice (nothing measured)."""
+    the analytic model's top choice (nothing measured; B costs no packing when it is
+    ``prepacked_b``). Tuning times the kernel that packs B itself, prepacked or not."""
     t = tunable(con, target)
     if tune == 0:
         from taskloom.tune.model import best_config
         from taskloom.tune.tuner import recorded_config
         best = recorded_config(con.shape, target, workload=t.workload)
-        return best if best is not None else best_config(con.shape, target, t.pack)
+        pack = (t.pack[0], 0.0) if prepacked_b else t.pack
+        return best if best is not None else best_config(con.shape, target, pack)
     from taskloom.tune.tuner import tune_matmul
     return tune_matmul(con.shape, target, level=tune, kernel=t.kernel, args=t.args, workload=t.workload,
                        pack=t.pack, deadline=deadline)
@@ -80,10 +87,34 @@ def choose_config(con: Contraction, target: CpuTarget, tune: int = 0, deadline: 
 def schedule(task: Task, target: CpuTarget, name: str | None = None, tune: int = 0,
              deadline: float | None = None) -> S.Function:
     """The scheduled program of ``task`` (fused or not) for ``target``; tuning (``tune`` > 0)
-    stops at ``deadline``."""
+    stops at ``deadline``. Its parameters are the task's inputs, then its outputs."""
+    return schedule_kernel(task, target, name, tune, deadline).fn
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    """A scheduled kernel and what its parameters before the outputs take, in order: the
+    position of one of the task's inputs, or an array made at compile time (B's prepacked
+    panels)."""
+
+    fn: S.Function
+    inputs: tuple[int | np.ndarray, ...]
+
+
+def schedule_kernel(task: Task, target: CpuTarget, name: str | None = None, tune: int = 0,
+                    deadline: float | None = None, constants: Mapping[int, np.ndarray] | None = None) -> Scheduled:
+    """:func:`schedule`, told which task inputs are constants (``constants``, by position):
+    a contraction whose B reads only those gets B packed now, and its kernel takes the
+    panels in place of the inputs only B read."""
     con = match_contraction(task)
     if con is not None and template_serves(con, target):
-        config = choose_config(con, target, tune, deadline)
-        program = matmul_program(con.shape, config, target, name=name or task.name)
-        return fuse_contraction(program, con)
-    return schedule_task(task, target, name)
+        from taskloom.schedule.prepack import constant_b
+        b = constant_b(con, constants) if constants else None
+        config = choose_config(con, target, tune, deadline, prepacked_b=b is not None)
+        program = matmul_program(con.shape, config, target, name=name or task.name,
+                                 prepacked_b=0 if b is None else b.shape[0])
+        fn = fuse_contraction(program, con)
+        if b is None:
+            return Scheduled(fn, tuple(range(len(task.inputs))))
+        return Scheduled(fn, (*fn.attr("inputs"), pack_b_panels(b, config, target)))
+    return Scheduled(schedule_task(task, target, name), tuple(range(len(task.inputs))))

@@ -16,6 +16,7 @@ import ast
 import builtins
 import inspect
 import re
+import sys
 import textwrap
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -582,14 +583,18 @@ def parse_source(source: str, env: dict[str, Any] | None = None, filename: str =
     return parser.function(fdef, kind, opts, name)
 
 
-def parse_function(fn: Callable, **options: Any) -> S.Function:
-    """Parses a Python function object; its globals and closure are the parse-time environment."""
+def parse_function(fn: Callable, defining_locals: dict[str, Any] | None = None, **options: Any) -> S.Function:
+    """Parses a Python function object; its globals and closure are the parse-time environment,
+    with ``defining_locals`` (the locals where it was defined) between them: a name used only
+    in an annotation is no closure variable (annotations are not evaluated under
+    ``from __future__ import annotations``), yet ``x: f32[SHAPE]`` must find ``SHAPE``."""
     try:
         lines, start = inspect.getsourcelines(fn)
         filename = inspect.getsourcefile(fn) or "<kernel>"
     except (OSError, TypeError) as e:
         raise ScriptError(f"cannot read the source of {getattr(fn, '__name__', fn)!r}: {e}") from None
     env = dict(fn.__globals__)
+    env.update(defining_locals or {})
     if fn.__closure__:
         env.update({n: c.cell_contents for n, c in zip(fn.__code__.co_freevars, fn.__closure__)
                     if _cell_filled(c)})
@@ -615,8 +620,11 @@ def kernel(fn: Callable | None = None, *, kind: str = "cpu_kernel", name: str | 
                     y[i] = x[i] * 2.0
 
     ``kind`` is 'cpu_kernel' (default), 'cuda_kernel' or 'host'; other keywords become
-    function attributes.
+    function attributes. Names are looked up in the closure, then the locals of the scope
+    that applies the decorator (for names only annotations use), then the globals.
     """
-    def wrap(f: Callable) -> S.Function:
-        return parse_function(f, kind=kind, name=name, **attrs)
-    return wrap(fn) if fn is not None else wrap
+    def wrap(f: Callable, depth: int) -> S.Function:
+        frame = sys._getframe(depth)  # the scope that defines the kernel
+        scope = dict(frame.f_locals) if frame.f_code.co_name != "<module>" else None
+        return parse_function(f, defining_locals=scope, kind=kind, name=name, **attrs)
+    return wrap(fn, 2) if fn is not None else (lambda f: wrap(f, 2))

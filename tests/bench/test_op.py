@@ -66,7 +66,7 @@ def test_conv2d_strided_grouped(tmp_path):
 
 
 def test_conv2d_reference_matches_torch():
-    args = argparse.Namespace(stride=2, pad=1, groups=3)
+    args = argparse.Namespace(stride=2, pad=1, groups=3, layout="NCHW")
     problem = bench_op.Conv2dProblem((2, 6, 11, 8, 9, 3, 2), args)
     x, w = (torch.from_numpy(problem.arrays[k]).double() for k in ("x", "w"))
     want = torch.nn.functional.conv2d(x, w, stride=2, padding=1, groups=3).numpy()

@@ -67,9 +67,13 @@ def _round_up(x: int, m: int) -> int:
 
 
 def matmul_program(shape: tuple[int, int, int, int], config: MatmulConfig, target: CpuTarget,
-                   name: str = "matmul") -> S.Function:
+                   name: str = "matmul", prepacked_b: int = 0) -> S.Function:
     """The kernel ``name(A: f32[Bt, M, K], B: f32[Bt, K, N], C: f32[Bt, M, N])`` for
     ``shape = (Bt, M, N, K)``, scheduled by ``config`` for ``target``.
+
+    With ``prepacked_b`` (1, or ``Bt``: how many batches B has), B arrives already in the
+    panels the micro-kernel reads, ``B: f32[prepacked_b, cdiv(N, NR), K, NR]``
+    (:func:`pack_b_panels`, done once when B is a weight), and the kernel packs only A.
 
     >>> fn = matmul_program((1, 100, 70, 33), default_config(...), host_target())
     """
@@ -96,12 +100,18 @@ def matmul_program(shape: tuple[int, int, int, int], config: MatmulConfig, targe
     # partial sums of the band's tiles between K blocks; one row when K is a single block
     CB_ROWS, CB_COLS = (BAND_M, NC) if KB > 1 else (1, 1)
     fvec = vec(f32, L)
+    if prepacked_b not in (0, 1, Bt):
+        raise ScheduleError(f"matmul template: prepacked_b={prepacked_b} must be 0 (B packed by the kernel), "
+                            f"1 (one B for every batch) or the batch {Bt}")
+    PB = prepacked_b
+    B_SHAPE = (PB, cdiv(N, NR), K, NR) if PB else (Bt, K, N)
 
     @kernel
-    def matmul(A: f32[Bt, M, K], B: f32[Bt, K, N], C: f32[Bt, M, N]):
+    def matmul(A: f32[Bt, M, K], B: f32[B_SHAPE], C: f32[Bt, M, N]):
         for w in parallel(P):
             Ap = local_tensor(f32, [MC, KCP])
-            Bp = local_tensor(f32, [NC // NR, KC, NR])
+            if not PB:
+                Bp = local_tensor(f32, [NC // NR, KC, NR])
             Cb = local_tensor(f32, [CB_ROWS, CB_COLS])
             for tm, tn in spatial(PM, PN).on(w):
                 m_lo = tm * BAND_M
@@ -115,12 +125,13 @@ def matmul_program(shape: tuple[int, int, int, int], config: MatmulConfig, targe
                         for kb in range(KB):
                             k0 = kb * KC
                             kn = min(KC, K - k0)
-                            "pack B's KC x NC block into NR-wide panels; columns past N are zeros"
-                            for jr in range(cdiv(nn, NR)):
-                                for k in range(kn):
-                                    for v in unroll(NV):
-                                        n = n0 + jr * NR + v * L
-                                        vstore(Bp[jr, k, v * L], vload(B[b, k0 + k, n], L, max(min(n_hi - n, L), 0)))
+                            if not PB:
+                                "pack B's KC x NC block into NR-wide panels; columns past N are zeros"
+                                for jr in range(cdiv(nn, NR)):
+                                    for k in range(kn):
+                                        for v in unroll(NV):
+                                            n = n0 + jr * NR + v * L
+                                            vstore(Bp[jr, k, v * L], vload(B[b, k0 + k, n], L, max(min(n_hi - n, L), 0)))
                             for mb in range(cdiv(m_hi - m_lo, MC)):
                                 m0 = m_lo + mb * MC
                                 mm = min(MC, m_hi - m0)
@@ -143,7 +154,10 @@ def matmul_program(shape: tuple[int, int, int, int], config: MatmulConfig, targe
                                         for k in range(kn):
                                             bv = register_tensor(fvec, [NV])
                                             for v in unroll(NV):
-                                                bv[v] = vload(Bp[jr, k, v * L], L)
+                                                if PB:  # B's weight panel, packed once at compile time
+                                                    bv[v] = vload(B[min(b, PB - 1), n0 // NR + jr, k0 + k, v * L], L)
+                                                else:
+                                                    bv[v] = vload(Bp[jr, k, v * L], L)
                                             "one broadcast of A lives at a time: MR x NV + NV + 1 registers"
                                             for i in unroll(MR):
                                                 a = broadcast(Ap[ir * MR + i, k], L)
@@ -161,7 +175,19 @@ def matmul_program(shape: tuple[int, int, int, int], config: MatmulConfig, targe
     fn = matmul
     return S.Function(name, fn.params, fn.body, fn.kind,
                       (("template", "matmul_cpu"), ("config", str(c)), ("shape", (Bt, M, N, K)),
-                       ("pack_aligned", True)))
+                       ("pack_aligned", True), ("prepacked_b", PB)))
+
+
+def pack_b_panels(b: "np.ndarray", config: MatmulConfig, target: CpuTarget) -> "np.ndarray":
+    """B (``[PB, K, N]``) in the panels the prepacked micro-kernel reads:
+    ``[PB, cdiv(N, NR), K, NR]``, columns past N zero. Done once, when B is a weight."""
+    import numpy as np
+    PB, K, N = b.shape
+    NR = config.nv * target.vector_lanes(f32)
+    NP = cdiv(N, NR)
+    padded = np.zeros((PB, K, NP * NR), np.float32)
+    padded[:, :, :N] = b
+    return np.ascontiguousarray(padded.reshape(PB, K, NP, NR).transpose(0, 2, 1, 3))
 
 
 def default_config(shape: tuple[int, int, int, int], target: CpuTarget) -> MatmulConfig:

@@ -65,6 +65,13 @@ def test_conv2d_strided_grouped(tmp_path):
     assert all(r["error"] is None and r["max_abs_diff"] < 1e-4 for r in record["rows"])
 
 
+def test_conv2d_nhwc_layout_is_checked_in_nchw(tmp_path):
+    record = bench(tmp_path, "conv2d", "--shape", "1,16,8,8,32,3,3", "--pad", "1", "--layout", "NHWC",
+                   "--compare", "torch")
+    assert record["args"]["layout"] == "NHWC"
+    assert all(r["error"] is None and r["max_abs_diff"] < 1e-3 for r in record["rows"])
+
+
 def test_conv2d_reference_matches_torch():
     args = argparse.Namespace(stride=2, pad=1, groups=3, layout="NCHW")
     problem = bench_op.Conv2dProblem((2, 6, 11, 8, 9, 3, 2), args)

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 import taskloom as tl
 from taskloom import ops
 from taskloom.errors import OpError
+from taskloom.graph import Graph, input
 from taskloom.ir import dtypes as T
 from taskloom.ir.compute import ReduceCompute, classify
 from taskloom.ir.expr import Select
@@ -180,13 +181,20 @@ def _conv_reference(x, w, b, case):
                         case["groups"])
 
 
-def _run_conv(case, dtype=np.float32):
+def _run_conv(case, dtype=np.float32, layout="NCHW"):
+    """The op's result (back in NCHW) and torch's; NHWC takes the input and weight transposed."""
     shape = (case["c"], case["h"], case["w"])
     x = rand(shape if case["n"] is None else (case["n"], *shape), dtype, 1)
     w = rand((case["o"], case["c"] // case["groups"], *case["k"]), dtype, 2)
     b = rand(case["o"], dtype, 3) if case["bias"] else None
-    got = ops.conv2d(x, w, b, stride=case["stride"], padding=case["padding"], dilation=case["dilation"],
-                     groups=case["groups"])
+    kw = dict(stride=case["stride"], padding=case["padding"], dilation=case["dilation"], groups=case["groups"])
+    if layout == "NHWC":
+        hwc = (*range(x.ndim - 3), x.ndim - 2, x.ndim - 1, x.ndim - 3)
+        got = ops.conv2d(np.ascontiguousarray(x.transpose(hwc)), np.ascontiguousarray(w.transpose(2, 3, 1, 0)), b,
+                         layout="NHWC", **kw).numpy()
+        got = tl.asarray(np.ascontiguousarray(got.transpose(np.argsort(hwc))))
+    else:
+        got = ops.conv2d(x, w, b, **kw)
     return got, _conv_reference(x, w, b, case)
 
 
@@ -202,6 +210,38 @@ def test_conv2d_float32(case):
 def test_conv2d_depthwise(case):
     got, want = _run_conv(case)
     check(got, want, rtol=1e-4, atol=2e-4)
+
+
+@settings(max_examples=8, **SETTINGS)
+@given(st.one_of(conv_cases(), conv_cases(depthwise=True)))
+def test_conv2d_nhwc(case):
+    got, want = _run_conv(case, layout="NHWC")
+    check(got, want, rtol=1e-4, atol=2e-4)
+
+
+@settings(max_examples=6, **SETTINGS)
+@given(st.sampled_from([3, 16, 32, 20]), st.sampled_from([16, 7]), st.integers(1, 2), st.integers(0, 1),
+       st.sampled_from([(3, 3), (1, 1), (2, 3)]), SIZES, SIZES)
+def test_compiled_nhwc_conv_packs_its_window_by_channels(c, o, stride, pad, k, h, w):
+    """The NHWC conv through the matmul template: channels a multiple of the vector pack by
+    vectors (aligned division of K), others element by element; padding and strides."""
+    x = rand((1, h + k[0], w + k[1], c), seed=1)
+    wt = rand((*k, c, o), seed=2)
+    xi = input(x.shape, name="x")
+    g = Graph([xi], [ops.conv2d(xi, wt, stride=stride, padding=pad, layout="NHWC")])
+    got = tl.asarray(tl.compile(g)(x))
+    want = F.conv2d(t(x).permute(0, 3, 1, 2), t(wt).permute(3, 2, 0, 1), None, stride, pad).permute(0, 2, 3, 1)
+    check(got, want, rtol=1e-4, atol=1e-4 * np.sqrt(c * k[0] * k[1]))
+
+
+def test_nhwc_conv_and_pool_errors_name_the_layout():
+    x = rand((1, 5, 5, 4), seed=1)
+    with pytest.raises(OpError, match=r"'weight' must be 4-d \(KH, KW"):
+        ops.conv2d(x, rand((4, 3, 3), seed=2), layout="NHWC")
+    with pytest.raises(OpError, match="'layout'='NCWH'"):
+        ops.conv2d(x, rand((3, 3, 4, 2), seed=2), layout="NCWH")
+    with pytest.raises(OpError, match="height"):
+        ops.max_pool2d(rand((1, 2, 9, 4), seed=1), 3, layout="NHWC")
 
 
 @settings(max_examples=3, **SETTINGS)
@@ -307,6 +347,23 @@ def test_pools_float16(case):
     assume(want is not None)
     check(ops.max_pool2d(x, **args), want.half(), np.float16, rtol=0, atol=0)
     check(ops.avg_pool2d(x, **args), F.avg_pool2d(t(x), **args).half(), np.float16, **F16)
+
+
+@settings(max_examples=6, **SETTINGS)
+@given(pool_cases(dilation=False), st.booleans())
+def test_pools_nhwc(case, count_include_pad):
+    x = rand(case["shape"], seed=1)
+    args = dict(kernel_size=case["k"], stride=case["stride"], padding=case["padding"], ceil_mode=case["ceil_mode"])
+    want = _torch_or_error(lambda: F.max_pool2d(t(x), **args))
+    assume(want is not None)
+    hwc = (*range(x.ndim - 3), x.ndim - 2, x.ndim - 1, x.ndim - 3)
+    xh = np.ascontiguousarray(x.transpose(hwc))
+    back = tuple(np.argsort(hwc))
+    def nchw(y: tl.Tensor) -> tl.Tensor:
+        return tl.asarray(np.ascontiguousarray(y.numpy().transpose(back)))
+    check(nchw(ops.max_pool2d(xh, layout="NHWC", **args)), want, rtol=0, atol=0)
+    got = nchw(ops.avg_pool2d(xh, count_include_pad=count_include_pad, layout="NHWC", **args))
+    check(got, F.avg_pool2d(t(x), count_include_pad=count_include_pad, **args), rtol=1e-5, atol=1e-6)
 
 
 @settings(max_examples=7, **SETTINGS)

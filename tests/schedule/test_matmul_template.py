@@ -8,20 +8,24 @@ from hypothesis import given, settings, strategies as st
 import taskloom
 from taskloom.errors import ScheduleError
 from taskloom.schedule.templates.matmul_cpu import (MatmulConfig, default_config, matmul_program,
-                                                    matmul_space)
+                                                    matmul_space, pack_b_panels)
 from taskloom.target import get_target, host_target
 
 HOST = host_target()
 AVX2 = get_target("cpu -isa=avx2")
 
 
-def run(shape, config, target):
+def run(shape, config, target, prepacked_b=0):
+    """The template's product against numpy; with ``prepacked_b`` (1: one B for every batch,
+    or the batch), B is handed over as prepacked panels."""
     Bt, M, N, K = shape
     rng = np.random.default_rng(sum(shape))
     A = rng.standard_normal((Bt, M, K), dtype=np.float32)
-    B = rng.standard_normal((Bt, K, N), dtype=np.float32)
+    B = rng.standard_normal((prepacked_b or Bt, K, N), dtype=np.float32)
     C = np.full((Bt, M, N), np.nan, dtype=np.float32)
-    taskloom.build(matmul_program(shape, config, target), target)["matmul"](A, B, C)
+    program = matmul_program(shape, config, target, prepacked_b=prepacked_b)
+    b_arg = pack_b_panels(B, config, target) if prepacked_b else B
+    taskloom.build(program, target)["matmul"](A, b_arg, C)
     ref = np.matmul(A.astype(np.float64), B.astype(np.float64))
     np.testing.assert_allclose(C, ref, rtol=1e-4, atol=1e-4 * np.sqrt(K))
 
@@ -68,6 +72,31 @@ def test_small_blocks_exercise_every_edge(target):
                    MatmulConfig(2, 3, 7, 4, 3 * lanes, 1, target.num_cores)):
         for shape in ((1, 23, 5 * lanes + 3, 50), (2, 9, 2 * lanes - 1, 33)):
             run(shape, config, target)
+
+
+@pytest.mark.parametrize("target", [HOST, AVX2], ids=["host", "avx2"])
+def test_prepacked_b_on_sampled_configs(target):
+    """B read from panels packed ahead of time: every tile and core grid, edges in M, N and
+    K, K in several blocks, one B shared by a batch and one B per batch."""
+    for k, config in enumerate(sample(matmul_space(target), 8)):
+        for shape in SHAPES[k % 3::3]:
+            run(shape, config, target, prepacked_b=1)
+    lanes = target.vector_lanes(taskloom.ir.f32)
+    small = MatmulConfig(3, 2, 16, 6, 2 * lanes, target.num_cores, 1)
+    run((2, 23, 5 * lanes + 3, 50), small, target, prepacked_b=2)
+    run((3, 9, 2 * lanes - 1, 33), small, target, prepacked_b=1)
+
+
+def test_prepacked_panels_layout_and_bad_batches():
+    config = MatmulConfig(2, 2, 16, 4, 32, 1, 1)
+    B = np.arange(2 * 3 * 40, dtype=np.float32).reshape(2, 3, 40)
+    panels = pack_b_panels(B, config, HOST)
+    nr = 2 * HOST.vector_lanes(taskloom.ir.f32)
+    assert panels.shape == (2, -(-40 // nr), 3, nr)
+    assert panels[1, 0, 2, 5] == B[1, 2, 5] and panels[0, 1, 1, 0] == B[0, 1, nr]
+    assert np.all(panels[:, -1, :, 40 - nr * (panels.shape[1] - 1):] == 0)  # columns past N are zeros
+    with pytest.raises(ScheduleError, match="prepacked_b=2"):
+        matmul_program((3, 8, 8, 8), config, HOST, prepacked_b=2)
 
 
 @settings(max_examples=8, deadline=None)

@@ -77,6 +77,24 @@ def test_closure_constants_are_folded_at_parse_time():
     assert make(3, 5) == k and make(4, 5) != k
 
 
+def test_names_only_annotations_use_come_from_the_defining_scope():
+    """Under ``from __future__ import annotations`` a shape named only in an annotation is
+    no closure variable; the scope that applies ``@kernel`` still provides it."""
+    def make(packed):
+        SHAPE = (2, 3, 4) if packed else (6, 4)
+
+        @kernel(kind="cpu_kernel")
+        def k(B: f32[SHAPE]):
+            if packed:
+                B[0, 0, 0] = 1.0
+            else:
+                B[0, 0] = 1.0
+        return k
+
+    assert make(True).params[0].type == f32[2, 3, 4]
+    assert make(False).params[0].type == f32[6, 4]
+
+
 def test_python_helpers_and_mappings_bound_to_names():
     @kernel
     def k(A: f32[16], B: f32[8, 8]):

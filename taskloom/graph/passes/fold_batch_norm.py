@@ -36,7 +36,8 @@ def _fold(node: Node, inputs: list[Tensor], ctx: Rewrite) -> list[Tensor] | None
         return None
     y = node.inputs[0]
     layer = y.producer[0] if y.producer is not None else None
-    if layer is None or _LAYERS.get(layer.op) != len(y.shape) or not ctx.only_read_by(y, node):
+    if layer is None or _LAYERS.get(layer.op) != len(y.shape) or not ctx.only_read_by(y, node) \
+            or layer.task.attr("layout", "NCHW") != "NCHW":  # an NHWC conv's channels are not axis 1
         return None
     bn = named_inputs(node, inputs)
     lp = named_inputs(layer, [ctx.new(t) for t in layer.inputs])

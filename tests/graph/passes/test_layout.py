@@ -1,0 +1,107 @@
+"""The CPU layout pass: convolutions in NHWC where that pays, the layout carried through the
+operators between them, conversions only at the region's edges."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import taskloom
+from taskloom import ops
+from taskloom.graph import Graph, input
+from taskloom.graph.passes import optimize
+from taskloom.graph.passes.layout import choose_layout
+from tests.graph.passes.helpers import const, ops_of, random_inputs
+
+
+def relaid(g: Graph) -> Graph:
+    return optimize(choose_layout(optimize(g)))
+
+
+def layouts(g: Graph, op: str) -> list[str]:
+    return [n.task.attr("layout", "NCHW") for n in g.nodes if n.op == op]
+
+
+def assert_matches_nchw(g: Graph, rtol: float = 1e-4) -> taskloom.runtime.CompiledGraph:
+    """The graph compiled with the layout pass gives what it gives in its own layout."""
+    arrays = random_inputs(g)
+    want = taskloom.compile(g, layout="NCHW")(*arrays)
+    compiled = taskloom.compile(g)
+    got = compiled(*arrays)
+    want, got = (w if isinstance(w, tuple) else (w,) for w in (want, got))
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol * float(np.abs(b).max()))
+    return compiled
+
+
+def resnet_block() -> Graph:
+    x = input((1, 32, 10, 10), name="x")
+    y = ops.relu(ops.conv2d(x, const(32, 32, 1, 1), const(32)))
+    y = ops.relu(ops.conv2d(y, const(32, 32, 3, 3), const(32), padding=1))
+    y = ops.conv2d(y, const(32, 32, 1, 1), const(32))
+    return Graph([x], [ops.relu(ops.add(y, x))])
+
+
+def test_convolutions_between_conversions_keep_nhwc():
+    g = relaid(resnet_block())
+    assert layouts(g, "conv2d") == ["NHWC"] * 3
+    # one conversion in (the graph input) and one out (the graph output): the ones between
+    # the convolutions met their inverses and cancelled
+    assert ops_of(g).count("permute") == 2
+    assert_matches_nchw(resnet_block())
+
+
+def test_stem_with_few_channels_stays_nchw():
+    x = input((1, 3, 12, 12), name="x")
+    y = ops.conv2d(x, const(16, 3, 7, 7), stride=2, padding=3)
+    y = ops.conv2d(ops.max_pool2d(ops.relu(y), 3, 2, 1), const(16, 16, 1, 1))
+    g = relaid(Graph([x], [y]))
+    assert layouts(g, "conv2d") == ["NCHW", "NHWC"]
+    assert layouts(g, "max_pool2d") == ["NCHW"]  # its input has no NHWC form
+    assert_matches_nchw(Graph([x], [y]))
+
+
+def test_pooling_depthwise_concat_and_global_pool_follow():
+    x = input((2, 16, 9, 9), name="x")
+    a = ops.relu(ops.conv2d(x, const(16, 16, 3, 3), padding=1))
+    b = ops.conv2d(a, const(16, 1, 3, 3), padding=1, groups=16)  # depthwise
+    c = ops.concat([ops.max_pool2d(a, 3, 2, 1), ops.avg_pool2d(b, 3, 2, 1)], axis=1)
+    c = ops.mul(c, const(32, 1, 1))  # a per-channel scale broadcast from (C, 1, 1)
+    y = ops.linear(ops.flatten(ops.global_avg_pool2d(c), 1), const(5, 32))
+    g = Graph([x], [y])
+    new = relaid(g)
+    assert layouts(new, "conv2d") == ["NHWC", "NHWC"]
+    assert layouts(new, "max_pool2d") == layouts(new, "avg_pool2d") == ["NHWC"]
+    assert "global_avg_pool2d" not in ops_of(new) and ops_of(new).count("permute") == 1
+    assert_matches_nchw(g)
+
+
+def test_grouped_convolutions_and_float64_stay():
+    x = input((1, 16, 6, 6), name="x")
+    y = ops.conv2d(x, const(16, 4, 3, 3), groups=4)  # grouped, not depthwise
+    assert layouts(relaid(Graph([x], [y])), "conv2d") == ["NCHW"]
+    x64 = input((1, 16, 6, 6), "float64", name="x")
+    y64 = ops.conv2d(x64, const(16, 16, 1, 1, dtype="float64"))
+    assert layouts(relaid(Graph([x64], [y64])), "conv2d") == ["NCHW"]
+
+
+def test_graph_without_convolutions_is_unchanged():
+    x = input((4, 8), name="x")
+    g = Graph([x], [ops.relu(ops.linear(x, const(3, 8)))])
+    assert choose_layout(g) is g
+
+
+def test_nchw_keeps_the_graph_layout_and_bad_choice_is_an_error():
+    compiled = taskloom.compile(resnet_block(), layout="NCHW")
+    assert all("NHWC" not in str(k) for k in compiled.meta["kernels"])
+    with pytest.raises(taskloom.TaskloomError, match="layout='NHCW'"):
+        taskloom.compile(resnet_block(), layout="NHCW")
+
+
+def test_batch_norm_after_nhwc_conv_is_not_folded_on_the_wrong_axis():
+    """batch_norm normalizes axis 1, which is an NHWC result's rows, not its channels."""
+    x = input((1, 5, 5, 16), name="x")
+    y = ops.conv2d(x, const(3, 3, 16, 16), padding=1, layout="NHWC")
+    y = ops.batch_norm(y, const(5), taskloom.asarray(np.full(5, 2.0, np.float32)))
+    g = Graph([x], [y])
+    assert "batch_norm" in ops_of(optimize(g))
+    assert_matches_nchw(g)

@@ -33,6 +33,7 @@ from taskloom.schedule.interior import interior
 from taskloom.schedule.vectorize import vectorize_expr
 from taskloom.target.cpu import CpuTarget
 from taskloom.transforms.names import NameGen
+from taskloom.transforms.simplify import simplify_expr
 
 #: Elements of the last axis per parallel block of an injective node: enough work per
 #: block to amortize the loop, small enough to spread a single row over every core.
@@ -220,12 +221,15 @@ def _node_nest(n: GridCompute, ctx: _Ctx) -> S.Stmt:
     if not n.shape:
         return _node_body(n, ctx, {})
     reduces = bool(collect(n.value, ReduceCompute))
-    if reduces and len(n.shape) > 1:
+    rows = simplify_expr(E.as_expr(prod(n.shape[:-1]))) if len(n.shape) > 1 else None
+    few_rows = isinstance(rows, E.Constant) and int(rows.value) < 2 * ctx.target.num_cores
+    if reduces and len(n.shape) > 1 and not few_rows:
         outer = n.shape[:-1]
         t = E.Var(ctx.names.fresh("o"), index_type)
         body = _node_body(n, ctx, dict(zip(n.axes[:-1], unravel(t, outer))))
         return S.For(t, E.as_expr(prod(outer)), body, "parallel")
-    # each element of a 1-d reduction is a whole reduction: far smaller blocks spread it
+    # each element of a 1-d reduction (or of a few rows of them: a matrix-vector product) is a
+    # whole reduction: far smaller blocks spread it
     block = REDUCE_BLOCK if reduces else BLOCK
     *outer, last = n.shape
     nb = E.cdiv(last, block) if not (isinstance(last, E.Constant) and last.value <= block) else E.as_expr(1)

@@ -10,7 +10,8 @@ output channels. Pooling and depthwise convolutions vectorize over the channels.
 
 Which convolutions: ``groups == 1`` with a 1x1 kernel or input channels a multiple of 16
 (the stem of a CNN, 3 channels and 7x7, stays NCHW: its window cannot pack by vectors
-either way, and its NHWC form measured slower), and depthwise convolutions. The pass:
+either way, and its NHWC form measured slower), and depthwise convolutions -- in regions
+(:func:`_regions`) where the conversions are worth it. The pass:
 
 - rewrites such a ``conv2d`` as ``conv2d(x', w', layout="NHWC")``, where ``x'`` is the NHWC
   form of its input: the NHWC tensor it came from when there is one, else a ``permute``;
@@ -126,10 +127,10 @@ class _Layouts:
         return id(t) in self.nhwc
 
 
-def _rule(layouts: _Layouts):
+def _rule(layouts: _Layouts, chosen: set[Node]):
     def rule(node: Node, inputs: list[Tensor], ctx: Rewrite) -> list[Tensor] | None:  # noqa: ARG001
         a = node.task.attr
-        if node.op == "conv2d" and conv_pays(node):
+        if node in chosen:
             w = inputs[1]
             w = asarray(np.ascontiguousarray(w.numpy().transpose(2, 3, 1, 0))) if w.is_concrete \
                 else ops.permute(w, (2, 3, 1, 0))
@@ -149,7 +150,7 @@ def _rule(layouts: _Layouts):
             n, c = node.outputs[0].shape[:2]
             mean = ops.mean(layouts.to_nhwc(inputs[0]), (1, 2), keepdim=True)
             return [ops.reshape(mean, (n, c, 1, 1))]  # (N, 1, 1, C) and (N, C, 1, 1) share an order
-        if node.op == "concat" and a("axis") == 1 and all(t.ndim == 4 for t in inputs):
+        if node.op == "concat" and _carries(node):
             return [layouts.give(ops.concat([layouts.to_nhwc(t) for t in inputs], axis=3))]
         if _is_elementwise(node):
             return [layouts.give(_elementwise_nhwc(node, [layouts.to_nhwc(t) for t in inputs]))]
@@ -157,8 +158,53 @@ def _rule(layouts: _Layouts):
     return rule
 
 
+def _carries(node: Node) -> bool:
+    """Whether ``node`` can run in NHWC when its input does (so the layout flows through)."""
+    if node.op in ("max_pool2d", "avg_pool2d", "global_avg_pool2d"):
+        return node.inputs[0].ndim == 4
+    if node.op == "concat":
+        return node.task.attr("axis") == 1 and all(t.ndim == 4 for t in node.inputs)
+    return _is_elementwise(node)
+
+
+def _regions(graph: Graph) -> set[Node]:
+    """The convolutions worth running in NHWC: those of a region -- convolutions that pay,
+    joined through the operators that carry the layout -- that holds a window convolution
+    (NHWC pays for it even with conversions on both sides) or two convolutions or more (the
+    conversions between them cancel). A lone 1x1 or depthwise convolution between NCHW
+    neighbours stays NCHW: converting its input and result would cost more than it saves."""
+    parent: dict[Node, Node] = {}
+
+    def find(n: Node) -> Node:
+        while parent[n] is not n:
+            parent[n] = parent[parent[n]]
+            n = parent[n]
+        return n
+
+    for node in graph.nodes:
+        if (node.op == "conv2d" and conv_pays(node)) or _carries(node):
+            parent[node] = node
+            for t in node.inputs:
+                src = t.producer[0] if t.producer is not None else None
+                if src is not None and src in parent:
+                    parent[find(src)] = find(node)
+    convs: dict[Node, list[Node]] = {}
+    for n in parent:
+        if n.op == "conv2d" and conv_pays(n):
+            convs.setdefault(find(n), []).append(n)
+    chosen: set[Node] = set()
+    for members in convs.values():
+        window = any(n.task.attr("groups") == 1 and n.inputs[1].shape[2:] != (1, 1) for n in members)
+        if window or len(members) > 1:
+            chosen.update(members)
+    return chosen
+
+
 def choose_layout(graph: Graph) -> Graph:
     """``graph`` with its convolutions in NHWC where that pays, the layout carried through
     pooling and elementwise operators (see the module docstring); run the passes of
     :func:`taskloom.graph.passes.optimize` after it to cancel and drop the conversions."""
-    return rewrite(graph, _rule(_Layouts()))
+    chosen = _regions(graph)
+    if not chosen:
+        return graph
+    return rewrite(graph, _rule(_Layouts(), chosen))

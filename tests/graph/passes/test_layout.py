@@ -54,8 +54,9 @@ def test_stem_with_few_channels_stays_nchw():
     x = input((1, 3, 12, 12), name="x")
     y = ops.conv2d(x, const(16, 3, 7, 7), stride=2, padding=3)
     y = ops.conv2d(ops.max_pool2d(ops.relu(y), 3, 2, 1), const(16, 16, 1, 1))
+    y = ops.conv2d(ops.relu(y), const(16, 16, 1, 1))
     g = relaid(Graph([x], [y]))
-    assert layouts(g, "conv2d") == ["NCHW", "NHWC"]
+    assert layouts(g, "conv2d") == ["NCHW", "NHWC", "NHWC"]
     assert layouts(g, "max_pool2d") == ["NCHW"]  # its input has no NHWC form
     assert_matches_nchw(Graph([x], [y]))
 
@@ -73,6 +74,19 @@ def test_pooling_depthwise_concat_and_global_pool_follow():
     assert layouts(new, "max_pool2d") == layouts(new, "avg_pool2d") == ["NHWC"]
     assert "global_avg_pool2d" not in ops_of(new) and ops_of(new).count("permute") == 1
     assert_matches_nchw(g)
+
+
+@pytest.mark.parametrize("groups", [1, 16])
+def test_lone_pointwise_or_depthwise_convolution_stays_nchw(groups):
+    """Converting its input and result would cost more than NHWC saves."""
+    x = input((1, 16, 12, 12), name="x")
+    k = 1 if groups == 1 else 3
+    y = ops.relu(ops.conv2d(x, const(16, 16 // groups, k, k), padding=k // 2, groups=groups))
+    g = Graph([x], [ops.max_pool2d(y, 2)])
+    assert choose_layout(g) is g
+    # a window convolution pays alone: in NHWC, with the pooling after it
+    w = Graph([x], [ops.max_pool2d(ops.relu(ops.conv2d(x, const(16, 16, 3, 3), padding=1)), 2)])
+    assert layouts(relaid(w), "conv2d") == ["NHWC"] and layouts(relaid(w), "max_pool2d") == ["NHWC"]
 
 
 def test_grouped_convolutions_and_float64_stay():

@@ -91,7 +91,7 @@ def schedule(task: Task, target: CpuTarget, name: str | None = None, tune: int =
     return schedule_kernel(task, target, name, tune, deadline).fn
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Scheduled:
     """A scheduled kernel and what its parameters before the outputs take, in order: the
     position of one of the task's inputs, or an array made at compile time (B's prepacked

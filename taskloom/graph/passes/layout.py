@@ -8,10 +8,10 @@ packs by vectors (with the channels a multiple of the vector), the weight become
 constant ``(KH, KW, C, O)`` matrix read by rows, and the result is stored by rows of
 output channels. Pooling and depthwise convolutions vectorize over the channels.
 
-Which convolutions: ``groups == 1`` with a 1x1 kernel or input channels a multiple of 16
-(the stem of a CNN, 3 channels and 7x7, stays NCHW: its window cannot pack by vectors
-either way, and its NHWC form measured slower), and depthwise convolutions -- in regions
-(:func:`_regions`) where the conversions are worth it. The pass:
+Which convolutions: ``groups == 1`` with a 1x1 kernel or input channels a multiple of 16,
+and depthwise convolutions, in regions (:func:`_regions`) where the conversions are worth
+it. A 3-channel stem gains nothing in NHWC alone (its window cannot pack by vectors either
+way; measured slower), so it goes NHWC only with the region it feeds. The pass:
 
 - rewrites such a ``conv2d`` as ``conv2d(x', w', layout="NHWC")``, where ``x'`` is the NHWC
   form of its input: the NHWC tensor it came from when there is one, else a ``permute``;
@@ -44,16 +44,26 @@ TO_NCHW = (0, 3, 1, 2)
 CHANNEL_MULTIPLE = 16
 
 
-def conv_pays(node: Node) -> bool:
-    """Whether ``node`` (a conv2d) runs faster in NHWC (see the module docstring)."""
+def conv_can(node: Node) -> bool:
+    """Whether ``node`` is a convolution the NHWC form serves: float32, 4-d, NCHW, and
+    ungrouped or depthwise."""
     a = node.task.attr
-    x, w = node.inputs[0], node.inputs[1]
-    if node.op != "conv2d" or a("layout", "NCHW") != "NCHW" or x.ndim != 4 or x.dtype.name != "float32":
+    if node.op != "conv2d" or a("layout", "NCHW") != "NCHW":
         return False
-    c, o = x.shape[1], w.shape[0]
-    if a("groups") == 1:
-        return w.shape[2:] == (1, 1) or c % CHANNEL_MULTIPLE == 0
-    return a("groups") == c == o  # depthwise: vectorized over the channels
+    x, w = node.inputs[0], node.inputs[1]
+    if x.ndim != 4 or x.dtype.name != "float32":
+        return False
+    return a("groups") == 1 or a("groups") == x.shape[1] == w.shape[0]
+
+
+def conv_pays(node: Node) -> bool:
+    """Whether ``node`` (a conv2d) runs faster in NHWC on its own (see the module docstring)."""
+    if not conv_can(node):
+        return False
+    x, w = node.inputs[0], node.inputs[1]
+    if node.task.attr("groups") == 1:
+        return w.shape[2:] == (1, 1) or x.shape[1] % CHANNEL_MULTIPLE == 0
+    return True  # depthwise: vectorized over the channels
 
 
 def _is_elementwise(node: Node) -> bool:
@@ -168,11 +178,14 @@ def _carries(node: Node) -> bool:
 
 
 def _regions(graph: Graph) -> set[Node]:
-    """The convolutions worth running in NHWC: those of a region -- convolutions that pay,
-    joined through the operators that carry the layout -- that holds a window convolution
-    (NHWC pays for it even with conversions on both sides) or two convolutions or more (the
-    conversions between them cancel). A lone 1x1 or depthwise convolution between NCHW
-    neighbours stays NCHW: converting its input and result would cost more than it saves."""
+    """The convolutions worth running in NHWC: those of a region -- convolutions joined
+    through the operators that carry the layout -- that holds a window convolution that
+    pays (NHWC pays for it even with conversions on both sides) or two convolutions or more
+    that pay (the conversions between them cancel). A lone 1x1 or depthwise convolution
+    between NCHW neighbours stays NCHW: converting its input and result would cost more
+    than it saves. A convolution that does not pay on its own (a 3-channel stem) joins its
+    region: a conversion between it and the next convolution would cost more (read element
+    by element into a depthwise convolution, it took a fifth of MobileNet-V2's time)."""
     parent: dict[Node, Node] = {}
 
     def find(n: Node) -> Node:
@@ -182,7 +195,7 @@ def _regions(graph: Graph) -> set[Node]:
         return n
 
     for node in graph.nodes:
-        if (node.op == "conv2d" and conv_pays(node)) or _carries(node):
+        if conv_can(node) or _carries(node):
             parent[node] = node
             for t in node.inputs:
                 src = t.producer[0] if t.producer is not None else None
@@ -190,12 +203,13 @@ def _regions(graph: Graph) -> set[Node]:
                     parent[find(src)] = find(node)
     convs: dict[Node, list[Node]] = {}
     for n in parent:
-        if n.op == "conv2d" and conv_pays(n):
+        if conv_can(n):
             convs.setdefault(find(n), []).append(n)
     chosen: set[Node] = set()
     for members in convs.values():
-        window = any(n.task.attr("groups") == 1 and n.inputs[1].shape[2:] != (1, 1) for n in members)
-        if window or len(members) > 1:
+        paying = [n for n in members if conv_pays(n)]
+        window = any(n.task.attr("groups") == 1 and n.inputs[1].shape[2:] != (1, 1) for n in paying)
+        if window or len(paying) > 1:
             chosen.update(members)
     return chosen
 

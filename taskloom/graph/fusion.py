@@ -104,7 +104,9 @@ def fuse_graph(graph: Graph) -> list[FusedGroup]:
     # whose results only one other group reads joins that group; last first, so chains fold
     # into their reader one by one. Only cheap ones: an anchor may read an element of a
     # prologue many times (a matmul reads A once per column block), so a prologue with a
-    # call (exp, erf...) would be recomputed each time.
+    # call (exp, erf...) would be recomputed each time; nor a permute of the innermost axis
+    # into a window (a convolution): the window reads each element several times, each an
+    # element-by-element gather, where converting once is one pass.
     visited: set[int] = set()
     for n in reversed(graph.nodes):
         g = group_of[id(n)]
@@ -115,7 +117,11 @@ def fuse_graph(graph: Graph) -> list[FusedGroup]:
         readers = {group_of[id(c)] for o in results for c in consumers.get(id(o), [])} - {g}
         if len(readers) != 1 or any(id(o) in outputs for o in results):
             continue
-        merge(g, readers.pop())
+        reader = readers.pop()
+        if any(_moves_innermost(m) for m in members[g]) and \
+                any(_window_reads(c, o) for o in results for c in consumers.get(id(o), []) if group_of[id(c)] == reader):
+            continue
+        merge(g, reader)
 
     order = {id(n): k for k, n in enumerate(graph.nodes)}
     groups = []
@@ -124,6 +130,32 @@ def fuse_graph(graph: Graph) -> list[FusedGroup]:
         groups.append(_group(nodes, consumers, outputs))
     groups.sort(key=lambda grp: min(order[id(n)] for n in grp.nodes))
     return _topological(groups)
+
+
+def _moves_innermost(n: Node) -> bool:
+    """Whether ``n`` is a permutation that changes which axis is contiguous."""
+    dims = n.task.attr("dims") if n.op in ("permute", "transpose") else None
+    return dims is not None and len(dims) > 0 and dims[-1] != len(dims) - 1
+
+
+def _window_reads(n: Node, t: Tensor) -> bool:
+    """Whether ``n`` reads ``t`` through a sliding window: an index that moves with both an
+    output axis and a reduction axis (``oy * stride + ky``), so each element is read more
+    than once by one reduction."""
+    placeholders = {p for p, x in zip(n.task.inputs, n.inputs) if x is t}
+    for c in n.task.computes():
+        out_axes = set(c.axes)
+        for r in collect(c.value, ReduceCompute):
+            red_axes = {a for a, d in zip(r.axes, r.shape)  # type: ignore[attr-defined]
+                        if not (isinstance(d, E.Constant) and int(d.value) == 1)}  # a 1x1 kernel slides nothing
+            for e in collect(r.value, E.TensorElement):  # type: ignore[attr-defined]
+                if e.tensor not in placeholders:  # type: ignore[attr-defined]
+                    continue
+                for i in e.indices:  # type: ignore[attr-defined]
+                    used = E.free_vars(i)
+                    if used & out_axes and used & red_axes:
+                        return True
+    return False
 
 
 def _costly(n: Node) -> bool:

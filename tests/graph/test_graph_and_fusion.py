@@ -98,3 +98,17 @@ def test_a_chain_of_layout_ops_is_one_prologue():
     h = ops.reshape(ops.permute(x, (0, 2, 1)), (2, 6, 4))   # permute then reshape: both injective
     y = ops.batch_matmul(h, const(2, 4, 5))
     assert groups_of([y], [x]) == [["permute", "reshape", "batch_matmul"]]
+
+
+def test_a_transpose_of_the_innermost_axis_is_no_prologue_of_a_window():
+    """A window reads each element several times, each a gather through the transpose:
+    converting once in a kernel of its own is cheaper. A 1x1 convolution (no window) still
+    takes the transpose as its prologue."""
+    x = input((1, 16, 8, 8), name="x")
+    xh = ops.permute(x, (0, 2, 3, 1))
+    w3 = taskloom.asarray(np.ones((3, 3, 16, 16), np.float32))
+    w1 = taskloom.asarray(np.ones((1, 1, 16, 16), np.float32))
+    window = fuse_graph(Graph([x], [ops.conv2d(xh, w3, padding=1, layout="NHWC")]))
+    assert [g.ops for g in window] == [["permute"], ["conv2d"]]
+    pointwise = fuse_graph(Graph([x], [ops.conv2d(xh, w1, layout="NHWC")]))
+    assert [g.ops for g in pointwise] == [["permute", "conv2d"]]

@@ -8,10 +8,10 @@ packs by vectors (with the channels a multiple of the vector), the weight become
 constant ``(KH, KW, C, O)`` matrix read by rows, and the result is stored by rows of
 output channels. Pooling and depthwise convolutions vectorize over the channels.
 
-Which convolutions: ``groups == 1`` with a 1x1 kernel or input channels a multiple of 16,
-and depthwise convolutions, in regions (:func:`_regions`) where the conversions are worth
-it. A 3-channel stem gains nothing in NHWC alone (its window cannot pack by vectors either
-way; measured slower), so it goes NHWC only with the region it feeds. The pass:
+Which convolutions: ``groups == 1`` with a 1x1 kernel or input channels a multiple of 16
+(the stem of a CNN, 3 channels and 7x7, stays NCHW: its window cannot pack by vectors
+either way, and its NHWC form measured slower), and depthwise convolutions -- in regions
+(:func:`_regions`) where the conversions are worth it. The pass:
 
 - rewrites such a ``conv2d`` as ``conv2d(x', w', layout="NHWC")``, where ``x'`` is the NHWC
   form of its input: the NHWC tensor it came from when there is one, else a ``permute``;
@@ -178,14 +178,13 @@ def _carries(node: Node) -> bool:
 
 
 def _regions(graph: Graph) -> set[Node]:
-    """The convolutions worth running in NHWC: those of a region -- convolutions joined
-    through the operators that carry the layout -- that holds a window convolution that
-    pays (NHWC pays for it even with conversions on both sides) or two convolutions or more
-    that pay (the conversions between them cancel). A lone 1x1 or depthwise convolution
-    between NCHW neighbours stays NCHW: converting its input and result would cost more
-    than it saves. A convolution that does not pay on its own (a 3-channel stem) joins its
-    region: a conversion between it and the next convolution would cost more (read element
-    by element into a depthwise convolution, it took a fifth of MobileNet-V2's time)."""
+    """The convolutions worth running in NHWC: those of a region -- convolutions that pay,
+    joined through the operators that carry the layout -- that holds a window convolution
+    (NHWC pays for it even with conversions on both sides) or two convolutions or more (the
+    conversions between them cancel). A lone 1x1 or depthwise convolution between NCHW
+    neighbours stays NCHW: converting its input and result would cost more than it saves.
+    (A 3-channel stem stays NCHW too; the conversion after it is a kernel of its own, as
+    fusion does not fold a transpose into a window: measured faster than the stem in NHWC.)"""
     parent: dict[Node, Node] = {}
 
     def find(n: Node) -> Node:
@@ -195,7 +194,7 @@ def _regions(graph: Graph) -> set[Node]:
         return n
 
     for node in graph.nodes:
-        if conv_can(node) or _carries(node):
+        if conv_pays(node) or _carries(node):
             parent[node] = node
             for t in node.inputs:
                 src = t.producer[0] if t.producer is not None else None
@@ -203,13 +202,12 @@ def _regions(graph: Graph) -> set[Node]:
                     parent[find(src)] = find(node)
     convs: dict[Node, list[Node]] = {}
     for n in parent:
-        if conv_can(n):
+        if conv_pays(n):
             convs.setdefault(find(n), []).append(n)
     chosen: set[Node] = set()
     for members in convs.values():
-        paying = [n for n in members if conv_pays(n)]
-        window = any(n.task.attr("groups") == 1 and n.inputs[1].shape[2:] != (1, 1) for n in paying)
-        if window or len(paying) > 1:
+        window = any(n.task.attr("groups") == 1 and n.inputs[1].shape[2:] != (1, 1) for n in members)
+        if window or len(members) > 1:
             chosen.update(members)
     return chosen
 

@@ -234,6 +234,19 @@ def test_compiled_nhwc_conv_packs_its_window_by_channels(c, o, stride, pad, k, h
     check(got, want, rtol=1e-4, atol=1e-4 * np.sqrt(c * k[0] * k[1]))
 
 
+@pytest.mark.parametrize("isa", ["avx2", None])
+def test_compiled_nhwc_conv_on_both_isas(isa):
+    """8-lane (AVX2) and 16-lane vectors: channels of 8, 16 and 24 against each width."""
+    target = tl.get_target("cpu -isa=avx2") if isa else tl.host_target()
+    for c in (8, 16, 24):
+        x, wt = rand((1, 7, 6, c), seed=1), rand((3, 3, c, 5), seed=2)
+        xi = input(x.shape, name="x")
+        g = Graph([xi], [ops.conv2d(xi, wt, padding=1, layout="NHWC")])
+        got = tl.asarray(tl.compile(g, target=target)(x))
+        want = F.conv2d(t(x).permute(0, 3, 1, 2), t(wt).permute(3, 2, 0, 1), None, 1, 1).permute(0, 2, 3, 1)
+        check(got, want, rtol=1e-4, atol=1e-3)
+
+
 def test_nhwc_conv_and_pool_errors_name_the_layout():
     x = rand((1, 5, 5, 4), seed=1)
     with pytest.raises(OpError, match=r"'weight' must be 4-d \(KH, KW"):

@@ -21,6 +21,7 @@ from taskloom.ir import expr as E
 from taskloom.ir.compute import (GridCompute, ReduceCompute, Task, TensorInput, has_reduction,
                                  preserves_order, tensor_input)
 from taskloom.ir.functor import Rewriter, collect
+from taskloom.ir.index import is_unit
 
 
 @dataclass(eq=False)
@@ -147,7 +148,7 @@ def _window_reads(n: Node, t: Tensor) -> bool:
         out_axes = set(c.axes)
         for r in collect(c.value, ReduceCompute):
             red_axes = {a for a, d in zip(r.axes, r.shape)  # type: ignore[attr-defined]
-                        if not (isinstance(d, E.Constant) and int(d.value) == 1)}  # a 1x1 kernel slides nothing
+                        if not is_unit(d)}  # a 1x1 kernel slides nothing
             for e in collect(r.value, E.TensorElement):  # type: ignore[attr-defined]
                 if e.tensor not in placeholders:  # type: ignore[attr-defined]
                     continue

@@ -20,6 +20,11 @@ def is_unit(d: Dim) -> bool:
     return (isinstance(d, int) and d == 1) or (isinstance(d, Expr) and is_const(d, 1))
 
 
+def round_up(x: int, m: int) -> int:
+    """``x`` rounded up to a multiple of ``m`` (positive ints): ``round_up(70, 16) == 80``."""
+    return -(-x // m) * m
+
+
 def prod(dims: Sequence[Dim]) -> Dim:
     """The number of elements of ``dims``: ``prod([M, 1, K]) == M * K``; ``1`` when empty."""
     out: Dim = 1

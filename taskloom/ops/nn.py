@@ -266,6 +266,48 @@ def linear(x: Any, weight: Any, bias: Any = None) -> Tensor:
     return apply(op, inputs, names, build)[0]
 
 
+# ----------------------------------------------------------------------------- layouts
+
+#: The spatial layouts convolutions and pooling take: channels before the rows (NCHW, as
+#: torch and ONNX) or after the columns (NHWC: a pixel's channels are contiguous, so a
+#: convolution's window packs by vectors of channels and pooling vectorizes over channels).
+LAYOUTS = ("NCHW", "NHWC")
+
+
+def _layout_arg(op: str, layout: Any) -> str:
+    if layout not in LAYOUTS:
+        raise OpError(f"{op}(): 'layout'={layout!r} is not a layout; use one of {LAYOUTS}")
+    return layout
+
+
+def _spatial_dims(X: Any, layout: str) -> tuple[list, Dim, Dim]:
+    """(leading dims without the channel's position, H, W) of a placeholder in ``layout``."""
+    if layout == "NHWC":
+        *lead, H, W, C = X.shape
+        return [*lead, C], H, W
+    *lead, H, W = X.shape
+    return lead, H, W
+
+
+def _at(lead: Sequence[E.Expr], iy: E.Expr, ix: E.Expr, layout: str) -> tuple:
+    """The index of pixel (iy, ix) of channel ``lead[-1]`` (batch before it) in ``layout``."""
+    return (*lead, iy, ix) if layout == "NCHW" else (*lead[:-1], iy, ix, lead[-1])
+
+
+def _spatial_compute(op: str, lead_shape: list, oh: Dim, ow: Dim, fn: Callable, layout: str):
+    """The (convolved or pooled) tensor in ``layout``; ``fn(lead, oy, ox)`` gives an
+    element, ``lead`` being the batch and channel indices."""
+    if layout == "NHWC":
+        return compute(op, [*lead_shape[:-1], oh, ow, lead_shape[-1]],
+                       lambda *i: fn((*i[:-3], i[-1]), i[-3], i[-2]))
+    return compute(op, [*lead_shape, oh, ow], lambda *i: fn(i[:-2], i[-2], i[-1]))
+
+
+def _layout_attrs(attrs: dict, layout: str) -> dict:
+    """NCHW operators keep the attributes (and so the record keys) they always had."""
+    return attrs if layout == "NCHW" else {**attrs, "layout": layout}
+
+
 # ----------------------------------------------------------------------------- convolution
 
 def _conv_padding(op: str, padding: Any, kernel: tuple[int, int], dilation: tuple[int, int],
@@ -288,18 +330,6 @@ def _conv_padding(op: str, padding: Any, kernel: tuple[int, int], dilation: tupl
         return _ints(op, "padding", padding, 4, 0)  # type: ignore[return-value]
     ph, pw = _ints(op, "padding", padding, 2, 0)
     return (ph, ph, pw, pw)
-
-
-def _layout_arg(op: str, layout: Any) -> str:
-    if layout not in LAYOUTS:
-        raise OpError(f"{op}(): 'layout'={layout!r} is not a layout; use one of {LAYOUTS}")
-    return layout
-
-
-#: The spatial layouts convolutions and pooling take: channels before the rows (NCHW, as
-#: torch and ONNX) or after the columns (NHWC: a pixel's channels are contiguous, so a
-#: convolution's window packs by vectors of channels and pooling vectorizes over channels).
-LAYOUTS = ("NCHW", "NHWC")
 
 
 def conv2d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0,
@@ -370,11 +400,10 @@ def conv2d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any 
     batched = x.ndim == 4
 
     def build(X, W, Bias=None):
+        _, H, Wd = _spatial_dims(X, layout)
         if nhwc:
-            H, Wd = X.shape[-3:-1]
             KH, KW, Cg, O = W.shape
         else:
-            H, Wd = X.shape[-2:]
             O, Cg, KH, KW = W.shape
         oh = (H + (pt + pb) - ((KH - 1) * dh + 1)) // sh + 1
         ow = (Wd + (pl + pr) - ((KW - 1) * dw + 1)) // sw + 1
@@ -389,7 +418,7 @@ def conv2d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any 
                 inside = ([0 <= iy] if pt else []) + ([iy < H] if pb else []) + \
                          ([0 <= ix] if pl else []) + ([ix < Wd] if pr else [])
                 ci = c if groups == 1 else first + c
-                v = E.cast(X[(*lead, iy, ix, ci) if nhwc else (*lead, ci, iy, ix)], acc)
+                v = E.cast(X[_at((*lead, ci), iy, ix, layout)], acc)
                 if inside:
                     v = E.select(E.logical_and(*inside), v, E.const(0.0, acc))
                 return v * E.cast(W[(ky, kx, c, o) if nhwc else (o, c, ky, kx)], acc)
@@ -401,9 +430,8 @@ def conv2d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any 
                 s = s + E.cast(Bias[o], acc)
             return E.cast(s, X.dtype)
         lead_shape = [X.shape[0]] if batched else []
-        if nhwc:
-            return compute(op, [*lead_shape, oh, ow, O], lambda *i: value(i[:-3], i[-1], i[-3], i[-2]))
-        return compute(op, [*lead_shape, O, oh, ow], lambda *i: value(i[:-3], i[-3], i[-2], i[-1]))
+        return _spatial_compute(op, [*lead_shape, O], oh, ow,
+                                lambda lead, oy, ox: value(lead[:-1], lead[-1], oy, ox), layout)
     attrs = {"stride": (sh, sw), "padding": (pt, pb, pl, pr), "dilation": (dh, dw), "groups": groups}
     return apply(op, inputs, names, build, _layout_attrs(attrs, layout))[0]
 
@@ -431,34 +459,6 @@ def _pool_args(op: str, x: Tensor, kernel_size: Any, stride: Any, padding: Any, 
             raise OpError(f"{op}(): the window of 'kernel_size'={kernel_size!r} (dilation {di}, padding {pi}) "
                           f"does not fit the {axis} {size} of 'x' {tuple(x.shape)}; the output would be empty")
     return k, s, p, d  # type: ignore[return-value]
-
-
-def _spatial_dims(X: Any, layout: str) -> tuple[list, Dim, Dim]:
-    """(leading dims without the channel's position, H, W) of a placeholder in ``layout``."""
-    if layout == "NHWC":
-        *lead, H, W, C = X.shape
-        return [*lead, C], H, W
-    *lead, H, W = X.shape
-    return lead, H, W
-
-
-def _at(lead: Sequence[E.Expr], iy: E.Expr, ix: E.Expr, layout: str) -> tuple:
-    """The index of pixel (iy, ix) of channel ``lead[-1]`` (batch before it) in ``layout``."""
-    return (*lead, iy, ix) if layout == "NCHW" else (*lead[:-1], iy, ix, lead[-1])
-
-
-def _spatial_compute(op: str, lead_shape: list, oh: Dim, ow: Dim, fn: Callable, layout: str):
-    """The pooled tensor in ``layout``; ``fn(lead, oy, ox)`` gives an element, ``lead``
-    being the batch and channel indices."""
-    if layout == "NHWC":
-        return compute(op, [*lead_shape[:-1], oh, ow, lead_shape[-1]],
-                       lambda *i: fn((*i[:-3], i[-1]), i[-3], i[-2]))
-    return compute(op, [*lead_shape, oh, ow], lambda *i: fn(i[:-2], i[-2], i[-1]))
-
-
-def _layout_attrs(attrs: dict, layout: str) -> dict:
-    """NCHW operators keep the attributes (and so the record keys) they always had."""
-    return attrs if layout == "NCHW" else {**attrs, "layout": layout}
 
 
 def _inside(coords: Sequence[tuple[E.Expr, Dim, bool, bool]]) -> list[E.Expr]:

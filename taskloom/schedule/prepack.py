@@ -23,7 +23,7 @@ class NotEvaluable(Exception):
     """An expression :func:`evaluate` has no rule for."""
 
 
-def _cdiv(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _trunc_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Integer division truncating toward zero, as C (and the IR) do."""
     q = np.abs(a) // np.abs(b)
     return np.where((a < 0) != (b < 0), -q, q)
@@ -56,9 +56,9 @@ def evaluate(e: E.Expr, env: Mapping[E.Var, np.ndarray], arrays: Mapping[TensorI
             if x.op in _BINARY:
                 return _BINARY[x.op](a, b)
             if x.op == "div":
-                return _cdiv(a, b) if x.type.is_integer() else a / b
+                return _trunc_div(a, b) if x.type.is_integer() else a / b
             if x.op == "mod" and x.type.is_integer():
-                return a - _cdiv(a, b) * b
+                return a - _trunc_div(a, b) * b
             raise NotEvaluable(f"operator {x.op}")
         if isinstance(x, E.Unary) and x.op in ("neg", "not"):
             return np.negative(ev(x.a)) if x.op == "neg" else np.logical_not(ev(x.a))

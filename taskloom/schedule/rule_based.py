@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from taskloom.ir import expr as E
 from taskloom.ir import stmt as S
@@ -221,9 +221,7 @@ def _node_nest(n: GridCompute, ctx: _Ctx) -> S.Stmt:
     if not n.shape:
         return _node_body(n, ctx, {})
     reduces = bool(collect(n.value, ReduceCompute))
-    rows = simplify_expr(E.as_expr(prod(n.shape[:-1]))) if len(n.shape) > 1 else None
-    few_rows = isinstance(rows, E.Constant) and int(rows.value) < 2 * ctx.target.num_cores
-    if reduces and len(n.shape) > 1 and not few_rows:
+    if reduces and len(n.shape) > 1 and not _few_rows(n.shape[:-1], ctx):
         outer = n.shape[:-1]
         t = E.Var(ctx.names.fresh("o"), index_type)
         body = _node_body(n, ctx, dict(zip(n.axes[:-1], unravel(t, outer))))
@@ -247,6 +245,12 @@ def _node_nest(n: GridCompute, ctx: _Ctx) -> S.Stmt:
                   S.Let(start, b * block), S.Let(length, E.minimum(last - start, block)),
                   _row(n, ctx, bind, start, length)])
     return S.For(t, E.as_expr(prod([*outer, nb])) if outer else nb, body, "parallel")
+
+
+def _few_rows(outer: Sequence[E.Expr], ctx: _Ctx) -> bool:
+    """Whether ``outer`` holds fewer rows than twice the cores (too few to share out)."""
+    rows = simplify_expr(E.as_expr(prod(outer)))
+    return isinstance(rows, E.Constant) and int(rows.value) < 2 * ctx.target.num_cores
 
 
 def _node_body(n: GridCompute, ctx: _Ctx, bind: dict[E.Var, E.Expr]) -> S.Stmt:

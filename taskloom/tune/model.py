@@ -37,8 +37,10 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
+from taskloom.ir import cdiv
 from taskloom.ir import expr as E
 from taskloom.ir.dtypes import float32
+from taskloom.ir.index import round_up
 from taskloom.schedule.templates.matmul_cpu import MatmulConfig, default_config, matmul_space
 from taskloom.target.cpu import CpuTarget
 from taskloom.target.probe import HardwareProfile, profile_for
@@ -82,14 +84,6 @@ class Prediction:
         return self.rejected is None
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _round_up(x: int, m: int) -> int:
-    return _cdiv(x, m) * m
-
-
 def _blocks(extent: int, block: int) -> list[int]:
     """The sizes of ``extent`` cut into ``block``-sized pieces."""
     return [min(block, extent - s) for s in range(0, extent, block)]
@@ -116,9 +110,9 @@ def predict(shape: tuple[int, int, int, int], config: MatmulConfig, target: CpuT
     if P > target.num_cores:
         return Prediction(float("inf"), rejected=f"a {c.pm}x{c.pn} grid needs {P} cores, the target has "
                                                  f"{target.num_cores}")
-    BAND_M, BAND_N = _round_up(_cdiv(M, c.pm), MR), _round_up(_cdiv(N, c.pn), NR)
-    MC, NC = min(_round_up(c.mc, MR), BAND_M), min(_round_up(c.nc, NR), BAND_N)
-    KC = min(c.kc, K)
+    BAND_M, BAND_N = round_up(cdiv(M, c.pm), MR), round_up(cdiv(N, c.pn), NR)
+    MC, NC = min(round_up(c.mc, MR), BAND_M), min(round_up(c.nc, NR), BAND_N)
+    KC = min(round_up(c.kc, L), K)  # as the template: a K block is whole vectors
     a_block, b_panel, b_block = MC * KC * 4, KC * NR * 4, KC * NC * 4
     if a_block > target.l2_bytes:
         return Prediction(float("inf"), rejected=f"the {MC}x{KC} block of A ({a_block} B) overflows L2 "
@@ -128,10 +122,10 @@ def predict(shape: tuple[int, int, int, int], config: MatmulConfig, target: CpuT
 
     # the busiest core: the first band of each axis is full-sized
     rows, cols = min(BAND_M, M), min(BAND_N, N)
-    busy = _cdiv(M, BAND_M) * _cdiv(N, BAND_N)
-    row_tiles = sum(_cdiv(mm, MR) for mm in _blocks(rows, MC))
+    busy = cdiv(M, BAND_M) * cdiv(N, BAND_N)
+    row_tiles = sum(cdiv(mm, MR) for mm in _blocks(rows, MC))
     col_blocks = _blocks(cols, NC)
-    col_tiles = sum(_cdiv(nn, NR) for nn in col_blocks)
+    col_tiles = sum(cdiv(nn, NR) for nn in col_blocks)
     k_blocks = _blocks(K, KC)
 
     # seconds per cycle at the all-core FMA rate: FMA_PORTS vector FMAs of L lanes per cycle
@@ -235,10 +229,11 @@ def effective(shape: tuple[int, int, int, int], config: MatmulConfig, target: Cp
     template clips them. Two configs with the same effective blocking build the same program
     (an MC of 678 or of 1359 rows on a 256-row band), so only one of them is worth measuring."""
     Bt, M, N, K = shape
-    NR = config.nv * target.vector_lanes(float32)
-    band_m, band_n = _round_up(_cdiv(M, config.pm), config.mr), _round_up(_cdiv(N, config.pn), NR)
-    return (config.mr, config.nv, min(config.kc, K), min(_round_up(config.mc, config.mr), band_m),
-            min(_round_up(config.nc, NR), band_n), config.pm, config.pn)
+    L = target.vector_lanes(float32)
+    NR = config.nv * L
+    band_m, band_n = round_up(cdiv(M, config.pm), config.mr), round_up(cdiv(N, config.pn), NR)
+    return (config.mr, config.nv, min(round_up(config.kc, L), K), min(round_up(config.mc, config.mr), band_m),
+            min(round_up(config.nc, NR), band_n), config.pm, config.pn)
 
 
 def candidates(shape: tuple[int, int, int, int], target: CpuTarget) -> list[MatmulConfig]:

@@ -35,6 +35,7 @@ from taskloom.graph.tensor import Tensor, asarray
 from taskloom.ir import expr as E
 from taskloom.ir.compute import GridCompute, Task, TensorInput, tensor_input
 from taskloom.ir.functor import Rewriter, collect
+from taskloom.ops.base import broadcast_index
 
 TO_NHWC = (0, 2, 3, 1)
 TO_NCHW = (0, 3, 1, 2)
@@ -44,26 +45,19 @@ TO_NCHW = (0, 3, 1, 2)
 CHANNEL_MULTIPLE = 16
 
 
-def conv_can(node: Node) -> bool:
-    """Whether ``node`` is a convolution the NHWC form serves: float32, 4-d, NCHW, and
-    ungrouped or depthwise."""
+def conv_pays(node: Node) -> bool:
+    """Whether ``node`` (a float32 4-d NCHW conv2d) runs faster in NHWC (see the module
+    docstring)."""
     a = node.task.attr
     if node.op != "conv2d" or a("layout", "NCHW") != "NCHW":
         return False
     x, w = node.inputs[0], node.inputs[1]
     if x.ndim != 4 or x.dtype.name != "float32":
         return False
-    return a("groups") == 1 or a("groups") == x.shape[1] == w.shape[0]
-
-
-def conv_pays(node: Node) -> bool:
-    """Whether ``node`` (a conv2d) runs faster in NHWC on its own (see the module docstring)."""
-    if not conv_can(node):
-        return False
-    x, w = node.inputs[0], node.inputs[1]
-    if node.task.attr("groups") == 1:
-        return w.shape[2:] == (1, 1) or x.shape[1] % CHANNEL_MULTIPLE == 0
-    return True  # depthwise: vectorized over the channels
+    c, o = x.shape[1], w.shape[0]
+    if a("groups") == 1:
+        return w.shape[2:] == (1, 1) or c % CHANNEL_MULTIPLE == 0
+    return a("groups") == c == o  # depthwise: vectorized over the channels
 
 
 def _is_elementwise(node: Node) -> bool:
@@ -79,15 +73,10 @@ def _is_elementwise(node: Node) -> bool:
         p = e.tensor
         if not isinstance(p, TensorInput):
             return False
-        for k, (i, d) in enumerate(zip(e.indices, p.shape)):
-            axis = out.axes[4 - len(p.shape) + k]
-            if not (i == axis or (isinstance(i, E.Constant) and int(i.value) == 0 and _is_one(d))):
-                return False
+        # where an elementwise operator (ops.elementwise) reads each of its inputs
+        if tuple(e.indices) != tuple(E.as_expr(i) for i in broadcast_index(p.shape, 4, out.axes)):
+            return False
     return True
-
-
-def _is_one(d: E.Expr) -> bool:
-    return isinstance(d, E.Constant) and int(d.value) == 1
 
 
 class _Relayout(Rewriter):
@@ -112,6 +101,13 @@ def _elementwise_nhwc(node: Node, inputs: list[Tensor]) -> Tensor:
     return record(Task(task.name, list(new.values()), [grid], task.attrs), inputs)[0]
 
 
+def _permuted(t: Tensor, dims: tuple[int, ...]) -> Tensor:
+    """``t`` permuted: a constant now (so no conversion is left to fold), else a permute."""
+    if t.is_concrete:
+        return asarray(np.ascontiguousarray(t.numpy().transpose(dims)))
+    return ops.permute(t, dims)
+
+
 class _Layouts:
     """The NHWC form of the tensors of the new graph that have one."""
 
@@ -122,10 +118,10 @@ class _Layouts:
         """``t`` (at most 4-d, broadcast to 4-d by leading ones) in NHWC."""
         if id(t) in self.nhwc:
             return self.nhwc[id(t)]
-        shape = (1,) * (4 - t.ndim) + tuple(t.shape)
-        if t.is_concrete:
-            return asarray(np.ascontiguousarray(t.numpy().reshape(shape).transpose(TO_NHWC)))
-        return ops.permute(t if t.ndim == 4 else ops.reshape(t, shape), TO_NHWC)
+        if t.ndim != 4:
+            shape = (1,) * (4 - t.ndim) + tuple(t.shape)
+            t = asarray(t.numpy().reshape(shape)) if t.is_concrete else ops.reshape(t, shape)
+        return _permuted(t, TO_NHWC)
 
     def give(self, y: Tensor) -> Tensor:
         """The NCHW form of the NHWC ``y``, remembered as having ``y`` for its NHWC form."""
@@ -141,36 +137,35 @@ def _rule(layouts: _Layouts, chosen: set[Node]):
     def rule(node: Node, inputs: list[Tensor], ctx: Rewrite) -> list[Tensor] | None:  # noqa: ARG001
         a = node.task.attr
         if node in chosen:
-            w = inputs[1]
-            w = asarray(np.ascontiguousarray(w.numpy().transpose(2, 3, 1, 0))) if w.is_concrete \
-                else ops.permute(w, (2, 3, 1, 0))
+            w = _permuted(inputs[1], (2, 3, 1, 0))  # OIHW -> HWIO
             y = ops.conv2d(layouts.to_nhwc(inputs[0]), w, inputs[2] if len(inputs) > 2 else None,
                            stride=a("stride"), padding=a("padding"), dilation=a("dilation"), groups=a("groups"),
                            layout="NHWC")
             return [layouts.give(y)]
-        if not any(layouts.has(t) for t in inputs):
+        if not any(layouts.has(t) for t in inputs) or not _carries(node):
             return None
-        if node.op in ("max_pool2d", "avg_pool2d") and a("layout", "NCHW") == "NCHW" and inputs[0].ndim == 4:
+        if node.op in ("max_pool2d", "avg_pool2d"):
             kwargs = {k: v for k, v in node.task.attrs}
             kwargs["layout"] = "NHWC"
             kwargs.pop("kernel_size")
             pool = ops.max_pool2d if node.op == "max_pool2d" else ops.avg_pool2d
             return [layouts.give(pool(layouts.to_nhwc(inputs[0]), a("kernel_size"), **kwargs))]
-        if node.op == "global_avg_pool2d" and inputs[0].ndim == 4:
+        if node.op == "global_avg_pool2d":
             n, c = node.outputs[0].shape[:2]
             mean = ops.mean(layouts.to_nhwc(inputs[0]), (1, 2), keepdim=True)
             return [ops.reshape(mean, (n, c, 1, 1))]  # (N, 1, 1, C) and (N, C, 1, 1) share an order
-        if node.op == "concat" and _carries(node):
+        if node.op == "concat":
             return [layouts.give(ops.concat([layouts.to_nhwc(t) for t in inputs], axis=3))]
-        if _is_elementwise(node):
-            return [layouts.give(_elementwise_nhwc(node, [layouts.to_nhwc(t) for t in inputs]))]
-        return None
+        return [layouts.give(_elementwise_nhwc(node, [layouts.to_nhwc(t) for t in inputs]))]
     return rule
 
 
 def _carries(node: Node) -> bool:
-    """Whether ``node`` can run in NHWC when its input does (so the layout flows through)."""
-    if node.op in ("max_pool2d", "avg_pool2d", "global_avg_pool2d"):
+    """Whether ``node`` can run in NHWC when its input does (so the layout flows through):
+    NCHW pooling, channel concatenation, global average pooling, an elementwise operator."""
+    if node.op in ("max_pool2d", "avg_pool2d"):
+        return node.inputs[0].ndim == 4 and node.task.attr("layout", "NCHW") == "NCHW"
+    if node.op == "global_avg_pool2d":
         return node.inputs[0].ndim == 4
     if node.op == "concat":
         return node.task.attr("axis") == 1 and all(t.ndim == 4 for t in node.inputs)

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 
 from taskloom.errors import ScheduleError
 from taskloom.ir import cdiv, f32, vec
+from taskloom.ir.index import round_up
 from taskloom.ir import stmt as S
 from taskloom.ir.mapping import spatial, repeat
 from taskloom.script import kernel
@@ -62,10 +63,6 @@ class MatmulConfig:
                 f"cores {self.pm}x{self.pn}")
 
 
-def _round_up(x: int, m: int) -> int:
-    return -(-x // m) * m
-
-
 def matmul_program(shape: tuple[int, int, int, int], config: MatmulConfig, target: CpuTarget,
                    name: str = "matmul", prepacked_b: int = 0) -> S.Function:
     """The kernel ``name(A: f32[Bt, M, K], B: f32[Bt, K, N], C: f32[Bt, M, N])`` for
@@ -90,13 +87,13 @@ def matmul_program(shape: tuple[int, int, int, int], config: MatmulConfig, targe
     PM, PN = c.pm, c.pn
     P = PM * PN
     # each core's band, whole register tiles wide; blocks no larger than the band
-    BAND_M = _round_up(cdiv(M, PM), MR)
-    BAND_N = _round_up(cdiv(N, PN), NR)
-    MC = min(_round_up(c.mc, MR), BAND_M)
-    NC = min(_round_up(c.nc, NR), BAND_N)
-    KC = min(_round_up(c.kc, L), K)  # a multiple of the vector when K spans blocks: packing copies start aligned
+    BAND_M = round_up(cdiv(M, PM), MR)
+    BAND_N = round_up(cdiv(N, PN), NR)
+    MC = min(round_up(c.mc, MR), BAND_M)
+    NC = min(round_up(c.nc, NR), BAND_N)
+    KC = min(round_up(c.kc, L), K)  # a multiple of the vector when K spans blocks: packing copies start aligned
     KB = cdiv(K, KC)
-    KCP = _round_up(KC, L)  # A's packed rows are whole vectors long
+    KCP = round_up(KC, L)  # A's packed rows are whole vectors long
     # partial sums of the band's tiles between K blocks; one row when K is a single block
     CB_ROWS, CB_COLS = (BAND_M, NC) if KB > 1 else (1, 1)
     fvec = vec(f32, L)

@@ -40,8 +40,9 @@ from taskloom.tune.records import Records, config_key
 #: Configs measured together: enough to keep the builder's threads busy, few enough that a
 #: budget or the learned model's next ranking comes in often.
 BATCH = 8
-#: Level 1 measures at most this share of the candidates (and at least MIN_MEASURED).
-LEVEL1_SHARE, MIN_MEASURED = 0.2, 8
+#: Level 1 measures at most this share of the candidates (rounded down, and at least
+#: MIN_MEASURED): a fifth of what level 2 measures.
+LEVEL1_SHARE, MIN_MEASURED = 0.2, 4
 #: Level 1 ranks the analytic model's best POOL configs with the learned model (featurizing
 #: a config lowers its program: the pool keeps that to seconds).
 POOL = 48
@@ -221,7 +222,7 @@ class _Search:
         # stops no earlier); fewer is an interrupted one, which goes on
         self.stalled = level == 1 and len(self.measured) >= MIN_MEASURED
         self.measured_now = 0  # by this run
-        self.limit = len(self.space) if level >= 2 else max(MIN_MEASURED, math.ceil(LEVEL1_SHARE * len(self.space)))
+        self.limit = len(self.space) if level >= 2 else max(MIN_MEASURED, int(LEVEL1_SHARE * len(self.space)))
         self._order = self.space if level >= 2 else self.space[:POOL]
         if level == 1 and not self.stalled:
             self._learn()

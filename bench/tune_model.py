@@ -31,7 +31,7 @@ from taskloom.schedule.contraction import match_contraction
 from taskloom.schedule.select import template_serves, tunable
 from taskloom.target.cpu import CpuTarget
 from taskloom.tune import model as analytic
-from taskloom.tune.measure import Measurement
+from taskloom.tune.measure import Measurement, side_by_side
 from taskloom.schedule.templates.matmul_cpu import MatmulConfig
 from taskloom.tune.records import Records, config_key
 from taskloom.tune.report import spearman
@@ -106,18 +106,11 @@ def measure_all(records: Records, target: CpuTarget, only: str | None) -> None:
 
 def confirm(t, target: CpuTarget, keys: list[str], rounds: int = 6) -> dict[str, float]:
     """Median seconds of each config (by key) over ``rounds`` runs that time them side by
-    side. Each round starts with the next config, so none is always timed first (the first
-    kernel of a run meets colder caches and clocks)."""
-    from taskloom.tune.measure import measure
+    side, each round starting with the next config (:func:`side_by_side`)."""
     unique = list(dict.fromkeys(keys))
-    times: dict[str, list[float]] = {k: [] for k in unique}
-    for r in range(rounds):
-        order = unique[r % len(unique):] + unique[:r % len(unique)]
-        fns = [t.kernel(MatmulConfig.from_dict(json.loads(k))) for k in order]
-        for k, m in zip(order, measure(fns, t.args, target, repeats=10, progress=False, timeout_s=60.0)):
-            if m.ok:
-                times[k].append(m.seconds)
-    return {k: float(np.median(v)) for k, v in times.items() if v}
+    fns = [t.kernel(MatmulConfig.from_dict(json.loads(k))) for k in unique]
+    times = side_by_side(fns, t.args, target, rounds, repeats=10, timeout_s=60.0)
+    return {k: float(np.median(v)) for k, v in zip(unique, times) if v}
 
 
 def evaluate(records: Records, target: CpuTarget, confirm_runs: bool = True) -> dict:

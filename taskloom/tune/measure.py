@@ -95,6 +95,25 @@ def measure(functions: Sequence[Function], args: Sequence[tuple[tuple[int, ...],
     return [r if r is not None else Measurement(None, "not measured") for r in results]
 
 
+
+def side_by_side(functions: Sequence[Function], args: Sequence[tuple[tuple[int, ...], str]], target: CpuTarget,
+                 rounds: int, *, measurer: Callable[..., list[Measurement]] | None = None,
+                 **options: Any) -> list[list[float]]:
+    """The seconds of each of ``functions`` in ``rounds`` runs that time them all, side by
+    side; each round starts with the next function, so none is always timed first (the
+    first kernel of a run meets colder caches and clocks). Failed runs give no time.
+    ``measurer`` stands in for :func:`measure`; ``options`` go to it."""
+    times: list[list[float]] = [[] for _ in functions]
+    n = len(functions)
+    for r in range(rounds):
+        order = [(r + i) % n for i in range(n)]
+        for i, m in zip(order, (measurer or measure)([functions[i] for i in order], args, target, progress=False,
+                                                      **options)):
+            if m.ok:
+                times[i].append(m.seconds)
+    return times
+
+
 class _Results(list):
     """The measurements by candidate, telling ``on_result`` of each as it is set."""
 

@@ -34,7 +34,7 @@ from taskloom.ir.stmt import Function
 from taskloom.schedule.templates.matmul_cpu import MatmulConfig, matmul_program
 from taskloom.target.cpu import CpuTarget
 from taskloom.tune import model as analytic
-from taskloom.tune.measure import Measurement, Progress, measure
+from taskloom.tune.measure import Measurement, Progress, measure, side_by_side
 from taskloom.tune.records import Records, config_key
 
 #: Configs measured together: enough to keep the builder's threads busy, few enough that a
@@ -192,14 +192,10 @@ def _retime_finalists(records: Records, workload: str, target: CpuTarget, kernel
     configs = [MatmulConfig.from_dict(json.loads(k)) for _, k in ok[:count]]
     if len(configs) < 2:
         return
-    times: dict[int, list[float]] = {i: [s] for i, (s, _) in enumerate(ok[:count])}
-    for _ in range(RETIME_ROUNDS):
-        for i, m in enumerate(measurer([kernel(c) for c in configs], args, target, timeout_s=timeout_s,
-                                       repeats=repeats, progress=False)):
-            if m.ok:
-                times[i].append(m.seconds)
-    for i, c in enumerate(configs):
-        v = sorted(times[i])
+    again = side_by_side([kernel(c) for c in configs], args, target, RETIME_ROUNDS, measurer=measurer,
+                         timeout_s=timeout_s, repeats=repeats)
+    for (first, _), c, times in zip(ok, configs, again):
+        v = sorted([first, *times])
         records.add(workload, tkey, c.to_dict(), v[len(v) // 2])
 
 

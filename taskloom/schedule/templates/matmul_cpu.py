@@ -143,12 +143,13 @@ def matmul_program(shape: tuple[int, int, int, int], config: MatmulConfig, targe
                                         vstore(Ap[i, kt], vload(A[b, min(m0 + i, M - 1), k0 + kt], L, kn % L))
                                 for jr in range(cdiv(nn, NR)):
                                     for ir in range(cdiv(mm, MR)):
+                                        tile = ((m0 - m_lo) // MR + ir) * (NC // NR) + jr  # its row of Cb
                                         acc = register_tensor(fvec, [MR, NV])
                                         for i, v in repeat(MR, NV).on(0):
                                             if kb == 0:
                                                 acc[i, v] = broadcast(0.0, L)
                                             else:
-                                                acc[i, v] = vload(Cb[((m0 - m_lo) // MR + ir) * (NC // NR) + jr, i * NR + v * L], L)
+                                                acc[i, v] = vload(Cb[tile, i * NR + v * L], L)
                                         "the micro-kernel: MR x NV vector FMAs per k"
                                         for k in range(kn):
                                             bv = register_tensor(fvec, [NV])
@@ -169,7 +170,7 @@ def matmul_program(shape: tuple[int, int, int, int], config: MatmulConfig, targe
                                                     n = n0 + jr * NR + v * L
                                                     vstore(C[b, m, n], acc[i, v], max(min(n_hi - n, L), 0))
                                             else:
-                                                vstore(Cb[((m0 - m_lo) // MR + ir) * (NC // NR) + jr, i * NR + v * L], acc[i, v])
+                                                vstore(Cb[tile, i * NR + v * L], acc[i, v])
 
     fn = matmul
     return S.Function(name, fn.params, fn.body, fn.kind,

@@ -10,7 +10,52 @@ PRELUDE = r"""
 #include <stdlib.h>
 #include <math.h>
 #include <omp.h>
+#include <pthread.h>
 #include <immintrin.h>
+
+/* Scratch for buffers too large for the stack (a matmul's packed panels and partial sums).
+   Each thread keeps one block per library and reuses it from call to call: freeing such a
+   buffer hands its pages back to the system, and the next call would fault every page in
+   again (hundreds a call, a fifth of a small matmul's time). Buffers are taken and given
+   back in nested order; one that does not fit while others are out comes from the heap,
+   and the block grows to hold them all on the next call. A thread's block is freed when
+   the thread ends. */
+typedef struct { char* base; size_t size, used, want, spilled; } tl_scratch_t;
+static __thread tl_scratch_t tl_scratch;
+static pthread_key_t tl_scratch_key;
+static pthread_once_t tl_scratch_once = PTHREAD_ONCE_INIT;
+static int tl_scratch_keyed;
+static void tl_scratch_release(void* s) { free(((tl_scratch_t*)s)->base); }
+static void tl_scratch_make_key(void) { tl_scratch_keyed = pthread_key_create(&tl_scratch_key, tl_scratch_release) == 0; }
+__attribute__((destructor)) static void tl_scratch_unload(void) {
+  /* a thread that ends after the library is gone must not call into it */
+  if (tl_scratch_keyed) pthread_key_delete(tl_scratch_key);
+}
+__attribute__((malloc, assume_aligned(64), alloc_size(1)))
+static void* tl_scratch_take(size_t bytes) {
+  tl_scratch_t* s = &tl_scratch;
+  if (s->used == 0) s->spilled = 0;
+  if (s->used + s->spilled + bytes > s->want) s->want = s->used + s->spilled + bytes;
+  if (s->used == 0 && s->want > s->size) {  /* nothing out: grow to the most a call has held */
+    free(s->base);
+    s->base = (char*)aligned_alloc(64, s->want);
+    s->size = s->base ? s->want : 0;
+    pthread_once(&tl_scratch_once, tl_scratch_make_key);
+    if (tl_scratch_keyed) pthread_setspecific(tl_scratch_key, s);
+  }
+  if (s->used + bytes > s->size) {
+    s->spilled += bytes;
+    return aligned_alloc(64, bytes);
+  }
+  void* p = s->base + s->used;
+  s->used += bytes;
+  return p;
+}
+static void tl_scratch_give(void* p) {
+  tl_scratch_t* s = &tl_scratch;
+  if ((char*)p >= s->base && (char*)p < s->base + s->size) s->used = (size_t)((char*)p - s->base);
+  else free(p);
+}
 
 /* bfloat16 is stored as its 16 bits; arithmetic goes through float. */
 typedef uint16_t tl_bf16;

@@ -53,7 +53,8 @@ _VECTOR_MATH = {"sqrt", "rsqrt", "fma", "abs", "exp", "log", "tanh", "erf", "sig
                 "pow", "reduce_add", "reduce_max", "reduce_min"}
 # f32x4 primitives that are plain SSE instructions; the others need AVX2 and FMA.
 _SSE_VECTOR_MATH = {"sqrt", "rsqrt", "floor", "ceil"}
-#: Local buffers up to this many bytes live on the stack; larger ones on the heap.
+#: Local buffers up to this many bytes live on the stack; larger ones in the thread's scratch
+#: (``tl_scratch_take`` in the prelude), kept between calls.
 STACK_LIMIT = 64 * 1024
 
 
@@ -485,12 +486,12 @@ class _FunctionCodegen:
             # iteration), the heap when large (thread stacks are small)
             limit = STACK_LIMIT // t.dtype.nbytes
             self.emit(d, f"{elem} {name}_stack[({n}) <= {limit} ? ({n}) : 1] __attribute__((aligned(64)));")
-            self.emit(d, f"{elem}* {name} = ({n}) <= {limit} ? {name}_stack : ({elem}*)aligned_alloc(64, {bytes_expr});")
-            self.heap_buffers[-1].append(f"if ({name} != {name}_stack) free({name});")
+            self.emit(d, f"{elem}* {name} = ({n}) <= {limit} ? {name}_stack : ({elem}*)tl_scratch_take({bytes_expr});")
+            self.heap_buffers[-1].append(f"if ({name} != {name}_stack) tl_scratch_give({name});")
             return
         why = "global scope" if s.scope == "global" else "too large for the stack"
-        self.emit(d, f"{elem}* {name} = ({elem}*)aligned_alloc(64, {bytes_expr});  // {why}")
-        self.heap_buffers[-1].append(f"free({name});")
+        self.emit(d, f"{elem}* {name} = ({elem}*)tl_scratch_take({bytes_expr});  // {why}: the thread's scratch")
+        self.heap_buffers[-1].append(f"tl_scratch_give({name});")
 
     # ----------------------------------------------------------------- function
     def param(self, p: E.Var) -> str:

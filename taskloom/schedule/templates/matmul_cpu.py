@@ -95,8 +95,9 @@ def matmul_program(shape: tuple[int, int, int, int], config: MatmulConfig, targe
     KB = cdiv(K, KC)
     KCP = round_up(KC, L)  # A's packed rows are whole vectors long
     # partial sums of the band's tiles between K blocks, one contiguous row per register
-    # tile (a tile's loads and stores then walk consecutive lines, which the prefetchers
-    # follow: 1-3% faster than rows of C's shape, measured); one row when K is one block
+    # tile, the tiles of a column panel in consecutive rows (a call's loads and stores walk
+    # consecutive lines, and so do consecutive calls: 1-3% faster than rows of C's shape,
+    # measured); one row when K is one block
     CB_ROWS, CB_COLS = (cdiv(BAND_M, MR) * (NC // NR), MR * NR) if KB > 1 else (1, 1)
     fvec = vec(f32, L)
     if prepacked_b not in (0, 1, Bt):
@@ -143,13 +144,13 @@ def matmul_program(shape: tuple[int, int, int, int], config: MatmulConfig, targe
                                         vstore(Ap[i, kt], vload(A[b, min(m0 + i, M - 1), k0 + kt], L, kn % L))
                                 for jr in range(cdiv(nn, NR)):
                                     for ir in range(cdiv(mm, MR)):
-                                        tile = ((m0 - m_lo) // MR + ir) * (NC // NR) + jr  # its row of Cb
+                                        tile = jr * cdiv(BAND_M, MR) + (m0 - m_lo) // MR + ir  # its row of Cb
+                                        # the accumulators start at zero and the partial sums are added after
+                                        # the k loop: loaded first, they would hold up the first FMAs while
+                                        # they come from L2 or L3 (a band's buffer is often larger than L2)
                                         acc = register_tensor(fvec, [MR, NV])
                                         for i, v in repeat(MR, NV).on(0):
-                                            if kb == 0:
-                                                acc[i, v] = broadcast(0.0, L)
-                                            else:
-                                                acc[i, v] = vload(Cb[tile, i * NR + v * L], L)
+                                            acc[i, v] = broadcast(0.0, L)
                                         "the micro-kernel: MR x NV vector FMAs per k"
                                         for k in range(kn):
                                             bv = register_tensor(fvec, [NV])
@@ -164,6 +165,8 @@ def matmul_program(shape: tuple[int, int, int, int], config: MatmulConfig, targe
                                                 for v in unroll(NV):
                                                     acc[i, v] = fma(a, bv[v], acc[i, v])
                                         for i, v in repeat(MR, NV).on(0):
+                                            if kb > 0:
+                                                acc[i, v] = acc[i, v] + vload(Cb[tile, i * NR + v * L], L)
                                             m = m0 + ir * MR + i
                                             if kb == KB - 1:
                                                 if m < m_hi:

@@ -3,13 +3,14 @@
 ``python -m taskloom.tune._worker`` reads one JSON job on stdin::
 
     {"args": [{"shape": [1024], "dtype": "float32"}, ...],
-     "repeats": 10,
+     "repeats": 10, "min_seconds": 0.05,
      "candidates": [{"index": 3, "library": "/.../lib.so", "symbol": "add",
                      "written": [false, false, true]}, ...]}
 
 It creates the arguments once (64-byte aligned; floats random, integers and bools zero),
 then for each candidate in order zeroes the arguments the candidate writes, loads its
-library, runs it twice to warm up and ``repeats`` times under ``time.perf_counter``, and
+library, runs it twice to warm up, then times calls under ``time.perf_counter``: at least
+``repeats``, and more until they add up to ``min_seconds`` (at most ``MAX_CALLS``), and
 prints one JSON line, flushed at once: ``{"index": 3, "seconds": <median>}``, or
 ``{"index": 3, "error": "..."}`` when the library cannot be loaded. A line
 ``{"ready": true}`` comes first, once the arguments exist.
@@ -32,6 +33,8 @@ import numpy as np
 from taskloom.runtime.aligned import aligned_empty
 
 WARMUPS = 2
+#: The most timed calls of one candidate, however fast it is.
+MAX_CALLS = 1000
 ALIGNMENT = 64
 _SEED = 0
 
@@ -82,14 +85,18 @@ class _Arguments:
                 self._written.discard(position)
 
 
-def _time(function: Any, pointers: list[ctypes.c_void_p], repeats: int) -> float:
+def _time(function: Any, pointers: list[ctypes.c_void_p], repeats: int, min_seconds: float = 0.0) -> float:
+    """Median seconds of one call. A fast kernel's few calls would all fall in the same
+    millisecond, at the mercy of one interruption, so calls go on until ``min_seconds``."""
     for _ in range(WARMUPS):
         function(*pointers)
-    times = []
-    for _ in range(repeats):
+    times: list[float] = []
+    total = 0.0
+    while len(times) < repeats or (total < min_seconds and len(times) < MAX_CALLS):
         start = time.perf_counter()
         function(*pointers)
         times.append(time.perf_counter() - start)
+        total += times[-1]
     return statistics.median(times)
 
 
@@ -101,7 +108,7 @@ def _emit(message: dict[str, Any]) -> None:
 def main() -> int:
     job = json.load(sys.stdin)
     arguments = _Arguments(job["args"])
-    repeats = int(job["repeats"])
+    repeats, min_seconds = int(job["repeats"]), float(job.get("min_seconds", 0.0))
     _emit({"ready": True})
     for candidate in job["candidates"]:
         index = candidate["index"]
@@ -113,7 +120,7 @@ def main() -> int:
         function.restype = None
         function.argtypes = [ctypes.c_void_p] * len(arguments.pointers)
         arguments.prepare(candidate["written"])
-        _emit({"index": index, "seconds": _time(function, arguments.pointers, repeats)})
+        _emit({"index": index, "seconds": _time(function, arguments.pointers, repeats, min_seconds)})
     return 0
 
 

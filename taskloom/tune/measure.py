@@ -32,6 +32,9 @@ from taskloom.runtime.dlpack import DTYPE_NAMES
 from taskloom.target.cpu import CpuTarget
 
 WORKER_MODULE = "taskloom.tune._worker"
+#: Timed calls of a candidate go on until they add up to this many seconds: ten calls of a
+#: 0.2 ms kernel fit in one scheduler hiccup, and a median of them was seen 30-60% off.
+MIN_SECONDS = 0.05
 #: How long a fresh worker may take to import numpy and create the arguments, beyond ``timeout_s``.
 STARTUP_GRACE_S = 60.0
 
@@ -50,13 +53,15 @@ class Measurement:
 
 
 def measure(functions: Sequence[Function], args: Sequence[tuple[tuple[int, ...], str]], target: CpuTarget,
-            *, timeout_s: float = 10.0, repeats: int = 10, progress: bool | str = True,
+            *, timeout_s: float = 10.0, repeats: int = 10, min_seconds: float = MIN_SECONDS,
+            progress: bool | str = True,
             on_result: Callable[[int, Measurement], None] | None = None) -> list[Measurement]:
     """Build and time each of ``functions`` (candidate kernels with one parameter list).
 
     ``args`` describes every parameter, in order, as (shape, dtype name); all must be
     tensors. Inputs are random floats (integers and bools zero), outputs zeroed. Each
-    candidate runs twice to warm up, then ``repeats`` timed calls give its median. A
+    candidate runs twice to warm up, then at least ``repeats`` timed calls, and more until
+    they add up to ``min_seconds``, give its median. A
     candidate that fails to build, crashes the worker, or runs longer than ``timeout_s``
     (warm-up and repeats together) gets an error instead of a time. ``progress`` shows a
     bar on stderr (tqdm when installed) described by the string given, or "tuning".
@@ -69,6 +74,9 @@ def measure(functions: Sequence[Function], args: Sequence[tuple[tuple[int, ...],
         raise TaskloomError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise TaskloomError(f"repeats must be a positive integer, got {repeats!r}")
+    if isinstance(min_seconds, bool) or not isinstance(min_seconds, (int, float)) \
+            or not math.isfinite(min_seconds) or min_seconds < 0:
+        raise TaskloomError(f"min_seconds must be a non-negative number of seconds, got {min_seconds!r}")
     if not isinstance(target, CpuTarget):
         raise TargetError(f"measure() needs a CpuTarget, got {type(target).__name__}")
     if not target.runs_on_host():
@@ -89,7 +97,7 @@ def measure(functions: Sequence[Function], args: Sequence[tuple[tuple[int, ...],
                 sig = built.signatures[0]
                 pending.append(_Candidate(index, str(built.lib_path), sig["symbol"],
                                           [bool(p["written"]) for p in sig["params"]]))
-        _measure_all(pending, specs, repeats, timeout_s, results, bar)
+        _measure_all(pending, specs, repeats, min_seconds, timeout_s, results, bar)
     finally:
         bar.close()
     return [r if r is not None else Measurement(None, "not measured") for r in results]
@@ -193,12 +201,13 @@ class _Candidate:
     written: list[bool]
 
 
-def _measure_all(pending: list[_Candidate], specs: list[dict[str, Any]], repeats: int, timeout_s: float,
+def _measure_all(pending: list[_Candidate], specs: list[dict[str, Any]], repeats: int, min_seconds: float,
+                 timeout_s: float,
                  results: list[Measurement | None], bar: Progress) -> None:
     """Time every candidate of ``pending``, a fresh worker after each one that fails it."""
     todo = deque(pending)
     while todo:
-        worker = _Worker({"args": specs, "repeats": repeats,
+        worker = _Worker({"args": specs, "repeats": repeats, "min_seconds": min_seconds,
                           "candidates": [asdict(c) for c in todo]})
         try:
             message = worker.next_message(timeout_s + STARTUP_GRACE_S)

@@ -131,6 +131,30 @@ def test_bad_arguments_are_rejected():
         measure([add], ARGS, TARGET, timeout_s=0, progress=False)
     with pytest.raises(TaskloomError, match="repeats"):
         measure([add], ARGS, TARGET, repeats=0, progress=False)
+    with pytest.raises(TaskloomError, match="min_seconds"):
+        measure([add], ARGS, TARGET, min_seconds=-1, progress=False)
+
+
+def test_fast_kernels_are_timed_for_min_seconds_and_at_most_max_calls():
+    """At least ``repeats`` calls; more until they add up to ``min_seconds``; never more
+    than MAX_CALLS, however fast the call."""
+    import time
+    from taskloom.tune import _worker
+    calls = []
+
+    def slow(*_):  # about a millisecond a call
+        calls.append(1)
+        time.sleep(0.001)
+
+    _worker._time(slow, [], repeats=3, min_seconds=0.03)
+    timed = len(calls) - _worker.WARMUPS
+    assert 3 < timed <= 31  # 30 ms of calls of at least 1 ms each, not just 3 calls
+    calls.clear()
+    _worker._time(slow, [], repeats=5, min_seconds=0.0)
+    assert len(calls) == 5 + _worker.WARMUPS
+    calls.clear()
+    _worker._time(lambda *_: calls.append(1), [], repeats=1, min_seconds=1e9)
+    assert len(calls) == _worker.MAX_CALLS + _worker.WARMUPS
 
 
 def test_the_worker_does_not_import_torch():

@@ -32,7 +32,7 @@ __attribute__((destructor)) static void tl_scratch_unload(void) {
   if (tl_scratch_keyed) pthread_key_delete(tl_scratch_key);
 }
 __attribute__((malloc, assume_aligned(64), alloc_size(1)))
-static void* tl_scratch_take(size_t bytes) {
+static inline void* tl_scratch_take(size_t bytes) {
   tl_scratch_t* s = &tl_scratch;
   if (s->used == 0) s->spilled = 0;
   if (s->used + s->spilled + bytes > s->want) s->want = s->used + s->spilled + bytes;
@@ -51,7 +51,7 @@ static void* tl_scratch_take(size_t bytes) {
   s->used += bytes;
   return p;
 }
-static void tl_scratch_give(void* p) {
+static inline void tl_scratch_give(void* p) {
   tl_scratch_t* s = &tl_scratch;
   if ((char*)p >= s->base && (char*)p < s->base + s->size) s->used = (size_t)((char*)p - s->base);
   else free(p);

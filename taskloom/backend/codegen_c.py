@@ -482,8 +482,8 @@ class _FunctionCodegen:
         n = self.expr(size)
         bytes_expr = f"tl_round_up((size_t)({n}) * sizeof({elem}), 64)"
         if s.scope != "global" and nbytes is None:
-            # a symbolic size: a stack array when small (no allocator call per loop
-            # iteration), the heap when large (thread stacks are small)
+            # a symbolic size: a stack array when small (no scratch call per loop
+            # iteration), the thread's scratch when large (thread stacks are small)
             limit = STACK_LIMIT // t.dtype.nbytes
             self.emit(d, f"{elem} {name}_stack[({n}) <= {limit} ? ({n}) : 1] __attribute__((aligned(64)));")
             self.emit(d, f"{elem}* {name} = ({n}) <= {limit} ? {name}_stack : ({elem}*)tl_scratch_take({bytes_expr});")

@@ -108,7 +108,7 @@ def _emit(message: dict[str, Any]) -> None:
 def main() -> int:
     job = json.load(sys.stdin)
     arguments = _Arguments(job["args"])
-    repeats, min_seconds = int(job["repeats"]), float(job.get("min_seconds", 0.0))
+    repeats, min_seconds = int(job["repeats"]), float(job["min_seconds"])
     _emit({"ready": True})
     for candidate in job["candidates"]:
         index = candidate["index"]

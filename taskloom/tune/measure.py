@@ -103,7 +103,6 @@ def measure(functions: Sequence[Function], args: Sequence[tuple[tuple[int, ...],
     return [r if r is not None else Measurement(None, "not measured") for r in results]
 
 
-
 def side_by_side(functions: Sequence[Function], args: Sequence[tuple[tuple[int, ...], str]], target: CpuTarget,
                  rounds: int, *, measurer: Callable[..., list[Measurement]] | None = None,
                  **options: Any) -> list[list[float]]:

@@ -5,6 +5,7 @@ straddle two cache lines each. Outputs, constants and tuning inputs are allocate
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -14,11 +15,19 @@ ALIGNMENT = 64
 
 def aligned_empty(shape: tuple[int, ...] | list[int], dtype: Any, alignment: int = ALIGNMENT) -> np.ndarray:
     """An uninitialized C-contiguous array of ``shape`` whose data is ``alignment``-aligned."""
+    return aligned_empty_at(shape, dtype, alignment)[0]
+
+
+def aligned_empty_at(shape: tuple[int, ...] | list[int], dtype: Any,
+                     alignment: int = ALIGNMENT) -> tuple[np.ndarray, int]:
+    """:func:`aligned_empty` and the address of its data, for a caller that passes it to C
+    (reading ``ctypes.data`` again costs as much as the allocation)."""
     dt = np.dtype(dtype)
-    count = int(np.prod(shape, dtype=np.int64))
+    count = math.prod(int(d) for d in shape)
     raw = np.empty(count * dt.itemsize + alignment, dtype=np.uint8)
-    start = -raw.ctypes.data % alignment
-    return raw[start:start + count * dt.itemsize].view(dt).reshape(tuple(shape))
+    address = raw.ctypes.data
+    start = -address % alignment
+    return np.ndarray(tuple(shape), dt, buffer=raw, offset=start), address + start
 
 
 def aligned_copy(a: np.ndarray, alignment: int = ALIGNMENT) -> np.ndarray:

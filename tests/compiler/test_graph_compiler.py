@@ -66,7 +66,27 @@ def test_wrong_inputs_name_the_input(cnn):
         compiled(arr(2, 3, 9, 9).astype(np.float64))
     with pytest.raises(ArgumentError, match=r"takes 1 input\(s\) \(image\)"):
         compiled()
+    with pytest.raises(ArgumentError, match="'image' is not C-contiguous"):
+        compiled(np.asfortranarray(arr(2, 3, 9, 9)))
+    with pytest.raises(ArgumentError, match="'image'.*non-native byte order"):
+        compiled(arr(2, 3, 9, 9).astype(">f4"))
     assert compiled(arr(2, 3, 9, 9)).shape == (2, 5)  # still usable
+
+
+def test_inputs_off_the_common_path_give_the_same_result(cnn):
+    """A plain float32 array takes the call's quick checks; a subclass, a read-only view and
+    a torch tensor take the general ones: all four give the same numbers."""
+    _, compiled = cnn
+    x = arr(2, 3, 9, 9)
+    want = compiled(x)
+    ro = x.copy()
+    ro.flags.writeable = False
+    class Sub(np.ndarray):
+        pass
+
+    for other in (x.view(Sub), ro, torch.from_numpy(x)):
+        got = compiled(other)
+        np.testing.assert_array_equal(np.asarray(got), want)
 
 
 def test_save_and_load_round_trip(cnn, tmp_path):

@@ -218,9 +218,10 @@ def default_config(shape: tuple[int, int, int, int], target: CpuTarget) -> Matmu
     return MatmulConfig(mr, nv, kc, mc, nc, pm, pn)
 
 
-#: The N block of every config in the space: a block of 4096 columns never beat 1024 by more
-#: than 0.4% on the 31 tasks of bench/results/2026-11-22-tune-model-clean and lost by up to 22% (B's
-#: KC x NC block outgrows L2), so the space spends its points on tiles and blocks instead.
+#: The N block of every config in the space: a block of 4096 columns never beat 1024 by
+#: more than 0.4% on the 31 tasks recorded in bench/results/2026-11-22-tune-model-clean and
+#: lost by up to 22% (B's KC x NC block outgrows L2), so the space spends its points on
+#: tiles and blocks instead.
 NC_COLUMNS = 1024
 
 #: The cost of packing one element, in FMA lanes: about a cycle for a gathered element (a

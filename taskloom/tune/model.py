@@ -40,8 +40,7 @@ from dataclasses import dataclass, field
 from taskloom.ir import cdiv
 from taskloom.ir import expr as E
 from taskloom.ir.dtypes import float32
-from taskloom.ir.index import round_up
-from taskloom.schedule.templates.matmul_cpu import MatmulConfig, default_config, matmul_space
+from taskloom.schedule.templates.matmul_cpu import MatmulConfig, blocking, default_config, matmul_space
 from taskloom.target.cpu import CpuTarget
 from taskloom.target.probe import HardwareProfile, profile_for
 
@@ -110,9 +109,7 @@ def predict(shape: tuple[int, int, int, int], config: MatmulConfig, target: CpuT
     if P > target.num_cores:
         return Prediction(float("inf"), rejected=f"a {c.pm}x{c.pn} grid needs {P} cores, the target has "
                                                  f"{target.num_cores}")
-    BAND_M, BAND_N = round_up(cdiv(M, c.pm), MR), round_up(cdiv(N, c.pn), NR)
-    MC, NC = min(round_up(c.mc, MR), BAND_M), min(round_up(c.nc, NR), BAND_N)
-    KC = min(round_up(c.kc, L), K)  # as the template: a K block is whole vectors
+    BAND_M, BAND_N, MC, NC, KC = blocking((Bt, M, N, K), c, target)  # as the template builds them
     a_block, b_panel, b_block = MC * KC * 4, KC * NR * 4, KC * NC * 4
     if a_block > target.l2_bytes:
         return Prediction(float("inf"), rejected=f"the {MC}x{KC} block of A ({a_block} B) overflows L2 "
@@ -228,12 +225,8 @@ def effective(shape: tuple[int, int, int, int], config: MatmulConfig, target: Cp
     """What ``config`` builds for ``shape``: blocks clipped to the cores' bands and to K as the
     template clips them. Two configs with the same effective blocking build the same program
     (an MC of 678 or of 1359 rows on a 256-row band), so only one of them is worth measuring."""
-    Bt, M, N, K = shape
-    L = target.vector_lanes(float32)
-    NR = config.nv * L
-    band_m, band_n = round_up(cdiv(M, config.pm), config.mr), round_up(cdiv(N, config.pn), NR)
-    return (config.mr, config.nv, min(round_up(config.kc, L), K), min(round_up(config.mc, config.mr), band_m),
-            min(round_up(config.nc, NR), band_n), config.pm, config.pn)
+    _, _, mc, nc, kc = blocking(shape, config, target)
+    return (config.mr, config.nv, kc, mc, nc, config.pm, config.pn)
 
 
 def candidates(shape: tuple[int, int, int, int], target: CpuTarget) -> list[MatmulConfig]:

@@ -63,6 +63,22 @@ class MatmulConfig:
                 f"cores {self.pm}x{self.pn}")
 
 
+def blocking(shape: tuple[int, int, int, int], config: MatmulConfig,
+             target: CpuTarget) -> tuple[int, int, int, int, int]:
+    """``(BAND_M, BAND_N, MC, NC, KC)``: each core's band of rows and columns, whole
+    register tiles wide, and the config's blocks as ``shape = (Bt, M, N, K)`` clips them
+    (no larger than the band or K; KC a multiple of the vector, so that packing copies start
+    aligned when K spans several blocks). The template builds these and the analytic model
+    prices them: ``blocking((1, 100, 70, 33), MatmulConfig(6, 4, 384, 678, 1024, 2, 1), t)
+    == (54, 128, 54, 128, 33)`` with AVX-512."""
+    _, M, N, K = shape
+    c, L = config, target.vector_lanes(f32)
+    NR = c.nv * L
+    band_m, band_n = round_up(cdiv(M, c.pm), c.mr), round_up(cdiv(N, c.pn), NR)
+    return (band_m, band_n, min(round_up(c.mc, c.mr), band_m), min(round_up(c.nc, NR), band_n),
+            min(round_up(c.kc, L), K))
+
+
 def matmul_program(shape: tuple[int, int, int, int], config: MatmulConfig, target: CpuTarget,
                    name: str = "matmul", prepacked_b: int = 0) -> S.Function:
     """The kernel ``name(A: f32[Bt, M, K], B: f32[Bt, K, N], C: f32[Bt, M, N])`` for
@@ -86,12 +102,7 @@ def matmul_program(shape: tuple[int, int, int, int], config: MatmulConfig, targe
                             f"{target.name} has {target.num_vector_registers}")
     PM, PN = c.pm, c.pn
     P = PM * PN
-    # each core's band, whole register tiles wide; blocks no larger than the band
-    BAND_M = round_up(cdiv(M, PM), MR)
-    BAND_N = round_up(cdiv(N, PN), NR)
-    MC = min(round_up(c.mc, MR), BAND_M)
-    NC = min(round_up(c.nc, NR), BAND_N)
-    KC = min(round_up(c.kc, L), K)  # a multiple of the vector when K spans blocks: packing copies start aligned
+    BAND_M, BAND_N, MC, NC, KC = blocking((Bt, M, N, K), c, target)
     KB = cdiv(K, KC)
     KCP = round_up(KC, L)  # A's packed rows are whole vectors long
     # partial sums of the band's tiles between K blocks, one contiguous row per register

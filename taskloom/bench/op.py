@@ -2,10 +2,11 @@
 ONNX Runtime on the same inputs.
 
     taskloom bench op matmul --shape M,N,K [--shape M,N,K ...] [--batch B]
-        [--compare numpy,torch,ort] [--tune 0|1|2] [--repeats 30] [--target SPEC] [--json FILE]
+        [--compare numpy,torch,ort] [--tune 0|1|2] [--repeats 30] [--rounds 3] [--target SPEC]
+        [--json FILE]
     taskloom bench op conv2d --shape N,C,H,W,OC,KH,KW [--shape ...] [--stride S] [--pad P]
         [--groups G] [--layout NCHW|NHWC] [--compare torch,ort] [--tune 0|1|2] [--repeats 30]
-        [--target SPEC] [--json FILE]
+        [--rounds 3] [--target SPEC] [--json FILE]
 
 taskloom is always measured: the operator is traced on a graph input (a conv2d weight is a
 constant, as a model's weights are), compiled with ``taskloom.compile`` and called through
@@ -15,9 +16,12 @@ ONNX Runtime (a one-node model, all graph optimizations, ``sess.run``); torch an
 with the target's cores, numpy with its BLAS's own thread count (``OPENBLAS_NUM_THREADS``).
 A peer that is not installed gets the error ``"not installed"``; a system that fails gets
 its exception in ``error`` and the others still run. All systems see the same float32
-inputs (seed 0); each one is warmed up, then timed ``--repeats`` times in its own block (one
-system after another; see :mod:`taskloom.bench.timing`), and its output is compared with a
-float64 numpy reference (``max_abs_diff``).
+inputs (seed 0) and are set up first, their outputs compared with a float64 numpy reference
+(``max_abs_diff``). Then they are timed in ``--rounds`` rounds: in each, every system is warmed
+up and timed ``--repeats`` times in a block of its own, one system after another, the order
+shifted each round (see :func:`taskloom.bench.timing.time_rounds`). A system's figure is the
+median of all its runs; ``round_ms`` keeps each round's median, and the table's ``spread``
+is their range over that median (a wide one says the machine was noisy).
 
 A conv2d's peers always take NCHW. taskloom takes NCHW too by default, and its layout pass
 then runs the convolution in NHWC when that pays, converting the input and the result
@@ -29,11 +33,12 @@ after converting it back, outside the timing).
 
     {"op": "matmul" | "conv2d",
      "command": the command line as typed,
-     "args": {"batch" | "stride", "pad", "groups", "layout", "compare", "tune", "repeats", "target"},
+     "args": {"batch" | "stride", "pad", "groups", "layout", "compare", "tune", "repeats", "rounds",
+              "target"},
      "results": [{"shape": [ints as given to --shape],
                   "dims": {named sizes, e.g. "B", "M", "N", "K" or "N" ... "OH", "OW"},
                   "flop": int,
-                  "rows": [{"system", "median_ms", "gflops", "max_abs_diff", "error"}, ...],
+                  "rows": [{"system", "median_ms", "gflops", "max_abs_diff", "error", "round_ms"}, ...],
                   "taskloom": {"compile_s", "tune", "target"}}, ...],   # one per --shape, in order
      "machine": {"cpu", "cores", "isa", "l1d", "l2", "l3", "platform", ...},
      "versions": {"taskloom", "numpy", "torch", "onnxruntime", "cc"}}
@@ -51,6 +56,7 @@ import contextlib
 import importlib
 import json
 import shlex
+import statistics
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -58,7 +64,7 @@ from typing import Any, Callable
 import numpy as np
 
 import taskloom
-from taskloom.bench.timing import machine, median_ms, versions
+from taskloom.bench.timing import machine, time_rounds, versions
 from taskloom.errors import TaskloomError
 from taskloom.graph import Graph, input as graph_input
 from taskloom.target import CpuTarget, get_target
@@ -249,36 +255,41 @@ def _ort_call(problem: Problem, cores: int) -> Callable[[], Any]:
     return lambda: session.run(None, feeds)[0]
 
 
-def _measure(system: str, setup: Callable[[contextlib.ExitStack], Callable[[], Any]],
-             reference: np.ndarray, flop: int, repeats: int,
-             convert: Callable[[np.ndarray], np.ndarray] | None = None) -> dict[str, Any]:
-    """One row: the system set up, checked against the reference (its output ``convert``-ed
-    to the reference's layout first, untimed), then timed."""
-    row: dict[str, Any] = {"system": system, "median_ms": None, "gflops": None, "max_abs_diff": None, "error": None}
+def _prepare(system: str, setup: Callable[[contextlib.ExitStack], Callable[[], Any]],
+             stack: contextlib.ExitStack, reference: np.ndarray,
+             convert: Callable[[np.ndarray], np.ndarray] | None = None) -> tuple[dict[str, Any], Callable[[], Any] | None]:
+    """A system's row and its call: set up, run once and checked against the reference (its
+    output ``convert``-ed to the reference's layout first). A system that is not installed
+    or fails has ``error`` filled in and no call."""
+    row: dict[str, Any] = {"system": system, "median_ms": None, "gflops": None, "max_abs_diff": None,
+                           "error": None, "round_ms": None}
     for module in PEER_MODULES.get(system, ()):
         try:
             importlib.import_module(module)
         except ImportError:
             row["error"] = "not installed"
-            return row
+            return row, None
     try:
-        with contextlib.ExitStack() as stack:
-            call = setup(stack)
-            out = np.asarray(call())
-            if convert is not None:
-                out = convert(out)
-            if out.shape != reference.shape:
-                raise TaskloomError(f"output shape {out.shape}, expected {reference.shape}")
-            row["max_abs_diff"] = float(np.max(np.abs(out - reference))) if out.size else 0.0
-            ms = median_ms(call, repeats, WARMUP)
-        row["median_ms"], row["gflops"] = ms, flop / ms / 1e6
+        call = setup(stack)
+        out = np.asarray(call())
+        if convert is not None:
+            out = convert(out)
+        if out.shape != reference.shape:
+            raise TaskloomError(f"output shape {out.shape}, expected {reference.shape}")
+        row["max_abs_diff"] = float(np.max(np.abs(out - reference))) if out.size else 0.0
+        return row, call
     except Exception as exc:  # a benchmark reports a failing system and goes on with the others
         row["error"] = f"{type(exc).__name__}: {exc}".strip()
-    return row
+        return row, None
 
 
-def bench_shape(problem: Problem, peers: tuple[str, ...], target: CpuTarget, tune: int, repeats: int) -> dict[str, Any]:
-    """Measures taskloom and ``peers`` on one problem; the JSON entry of one ``--shape``."""
+def bench_shape(problem: Problem, peers: tuple[str, ...], target: CpuTarget, tune: int, repeats: int,
+                rounds: int = 1) -> dict[str, Any]:
+    """Measures taskloom and ``peers`` on one problem; the JSON entry of one ``--shape``.
+
+    Every system is set up and checked first, then timed in ``rounds`` rounds of one block
+    each (:func:`~taskloom.bench.timing.time_rounds`); a row's ``median_ms`` is the median of
+    all its runs and ``round_ms`` the median of each round, to show the spread."""
     reference = problem.reference()
     cores = target.num_cores
     info: dict[str, Any] = {"compile_s": None, "tune": tune, "target": target.key()}
@@ -288,8 +299,22 @@ def bench_shape(problem: Problem, peers: tuple[str, ...], target: CpuTarget, tun
         "torch": lambda stack: _torch_call(problem, cores, stack),
         "ort": lambda stack: _ort_call(problem, cores),
     }
-    rows = [_measure(name, setups[name], reference, problem.flop, repeats,
-                     problem.from_taskloom if name == "taskloom" else None) for name in ("taskloom", *peers)]
+    with contextlib.ExitStack() as stack:
+        prepared = {name: _prepare(name, setups[name], stack, reference,
+                                   problem.from_taskloom if name == "taskloom" else None)
+                    for name in ("taskloom", *peers)}
+        calls = {name: call for name, (_, call) in prepared.items() if call is not None}
+        times = time_rounds(calls, repeats, rounds, WARMUP)
+    rows = []
+    for name, (row, _) in prepared.items():
+        blocks = times.get(name)
+        if isinstance(blocks, Exception):
+            row["error"] = f"{type(blocks).__name__}: {blocks}".strip()
+        elif blocks:
+            ms = statistics.median(t for block in blocks for t in block)
+            row.update(median_ms=ms, gflops=problem.flop / ms / 1e6,
+                       round_ms=[statistics.median(block) for block in blocks])
+        rows.append(row)
     return {"shape": list(problem.shape), "dims": problem.dims, "flop": problem.flop, "rows": rows, "taskloom": info}
 
 
@@ -304,17 +329,23 @@ def cell(value: float | None, spec: str, width: int) -> str:
     return ("-" if value is None else format(value, spec)).rjust(width)
 
 
-def format_result(op: str, result: dict[str, Any], repeats: int, cores: int) -> str:
-    """The table of one shape: one line per system, then the taskloom compile time."""
+def format_result(op: str, result: dict[str, Any], repeats: int, rounds: int, cores: int) -> str:
+    """The table of one shape: one line per system, then the taskloom compile time. With
+    several rounds, ``spread`` is the range of the rounds' medians over the median."""
     dims = " ".join(f"{k}={v}" for k, v in result["dims"].items())
-    lines = [f"{op} {dims}: {result['flop']:,} flop, float32, median of {repeats} runs, "
+    runs = f"{rounds} rounds of {repeats} runs" if rounds > 1 else f"{repeats} runs"
+    lines = [f"{op} {dims}: {result['flop']:,} flop, float32, median of {runs}, "
              f"{cores} core{'s' if cores > 1 else ''}",
-             f"  {'system':10s} {'median ms':>11s} {'GFLOP/s':>9s} {'vs taskloom':>11s} {'max abs diff':>12s}  error"]
+             f"  {'system':10s} {'median ms':>11s} {'GFLOP/s':>9s} {'vs taskloom':>11s} {'max abs diff':>12s} "
+             f"{'spread':>7s}  error"]
     base = result["rows"][0]["gflops"]
     for r in result["rows"]:
         ratio = r["gflops"] / base if r["gflops"] and base else None
+        rounds_ms = r.get("round_ms") or []
+        spread = (max(rounds_ms) - min(rounds_ms)) / r["median_ms"] * 100 if len(rounds_ms) > 1 else None
         cells = [cell(r["median_ms"], ".4f", 11), cell(r["gflops"], ".2f", 9),
-                 cell(ratio, ".2f", 10) + ("x" if ratio is not None else " "), cell(r["max_abs_diff"], ".2e", 12)]
+                 cell(ratio, ".2f", 10) + ("x" if ratio is not None else " "), cell(r["max_abs_diff"], ".2e", 12),
+                 cell(spread, ".0f", 6) + ("%" if spread is not None else " ")]
         lines.append(f"  {r['system']:10s} {' '.join(cells)}  {r['error'] or ''}".rstrip())
     t = result["taskloom"]
     compile_s = "failed" if t["compile_s"] is None else f"{t['compile_s']:.2f} s"
@@ -346,12 +377,13 @@ def run(args: argparse.Namespace) -> int:
     print(f"target: {args.target or 'this machine'} ({target.key()})")
     results = []
     for p in problems:
-        results.append(bench_shape(p, peers, target, args.tune, args.repeats))
-        print(format_result(args.op, results[-1], args.repeats, target.num_cores), flush=True)
+        results.append(bench_shape(p, peers, target, args.tune, args.repeats, args.rounds))
+        print(format_result(args.op, results[-1], args.repeats, args.rounds, target.num_cores), flush=True)
     if args.json is not None:
         op_args = {"batch": args.batch} if args.op == "matmul" else \
             {"stride": args.stride, "pad": args.pad, "groups": args.groups, "layout": args.layout}
-        op_args.update(compare=list(peers), tune=args.tune, repeats=args.repeats, target=args.target)
+        op_args.update(compare=list(peers), tune=args.tune, repeats=args.repeats, rounds=args.rounds,
+                       target=args.target)
         record: dict[str, Any] = {"op": args.op, "command": shlex.join(["taskloom", "bench", "op", *args.argv]),
                                   "args": op_args}
         if len(results) == 1:
@@ -453,6 +485,10 @@ def add_op_command(kinds: argparse._SubParsersAction) -> None:
                          help="taskloom.compile's tuning level: 0, 1 or 2 (default 0)")
         sub.add_argument("--repeats", type=positive_int, default=30, metavar="R",
                          help=f"timed runs per system, after {WARMUP} warm-ups (default 30)")
+        sub.add_argument("--rounds", type=positive_int, default=3, metavar="N",
+                         help="time the systems in N rounds, each system once per round, and take the "
+                              "median of all runs: on a shared machine every system then meets the same "
+                              "noise (default 3)")
         sub.add_argument("--target", default=None, metavar="SPEC",
                          help="taskloom's target, e.g. 'cpu -isa=avx2' (default: this machine); "
                               "its cores are the threads of torch and ORT")

@@ -1,6 +1,7 @@
 """Timing helpers shared by ``taskloom bench`` and the scripts under ``bench/``: medians of
 many runs, systems measured in separate blocks (so one OpenMP runtime's spinning threads do
-not steal the cores of the next), machine and version facts for the record."""
+not steal the cores of the next) and in rounds (so they meet the same noise), machine and
+version facts for the record."""
 from __future__ import annotations
 
 import os
@@ -13,8 +14,8 @@ from typing import Any, Callable
 SETTLE_S = 0.3
 
 
-def median_ms(fn: Callable[[], object], repeats: int = 30, warmup: int = 3) -> float:
-    """The median wall time of ``repeats`` calls of ``fn`` after ``warmup`` untimed ones, in ms.
+def time_block(fn: Callable[[], object], repeats: int = 30, warmup: int = 3) -> list[float]:
+    """The wall times of ``repeats`` calls of ``fn`` after ``warmup`` untimed ones, in ms.
 
     Sleeps first and last: a thread pool that just ran (a BLAS computing a reference, the
     system timed before) spins for a while, stealing the cores of whatever runs next."""
@@ -25,9 +26,39 @@ def median_ms(fn: Callable[[], object], repeats: int = 30, warmup: int = 3) -> f
     for _ in range(repeats):
         t0 = time.perf_counter()
         fn()
-        times.append(time.perf_counter() - t0)
+        times.append((time.perf_counter() - t0) * 1e3)
     time.sleep(SETTLE_S)
-    return statistics.median(times) * 1e3
+    return times
+
+
+def median_ms(fn: Callable[[], object], repeats: int = 30, warmup: int = 3) -> float:
+    """The median of :func:`time_block`'s times, in ms."""
+    return statistics.median(time_block(fn, repeats, warmup))
+
+
+def time_rounds(calls: dict[str, Callable[[], object]], repeats: int = 30, rounds: int = 3,
+                warmup: int = 3) -> dict[str, list[list[float]] | Exception]:
+    """Each system's times (ms), one list per round: in every round each system is timed in
+    a block of its own (:func:`time_block`), the order shifted by one each round. A system
+    whose call raises is timed no more and maps to its exception; the others go on.
+
+    On a shared machine the slow spells (a neighbour's job, a frequency drop) last longer
+    than one block: timed once each, one system can meet a spell the other missed, and the
+    ratio between them moves by tens of percent from run to run. Spread over rounds, every
+    system meets the same weather, and the median of all its runs is the figure to compare.
+
+    >>> times = time_rounds({"a": f, "b": g}, repeats=30, rounds=3)   # times["a"]: 3 lists of 30
+    """
+    out: dict[str, list[list[float]] | Exception] = {name: [] for name in calls}
+    for r in range(rounds):
+        live = [name for name in calls if not isinstance(out[name], Exception)]
+        shift = r % max(len(live), 1)
+        for name in live[shift:] + live[:shift]:
+            try:
+                out[name].append(time_block(calls[name], repeats, warmup))  # type: ignore[union-attr]
+            except Exception as exc:  # the caller reports it with the system
+                out[name] = exc
+    return out
 
 
 def machine() -> dict[str, Any]:

@@ -14,23 +14,24 @@ from taskloom.cli import main
 
 PEERS = ",".join(["numpy", "torch"] + (["ort"] if importlib.util.find_spec("onnxruntime")
                                         and importlib.util.find_spec("onnx") else []))
-ROW_KEYS = {"system", "median_ms", "gflops", "max_abs_diff", "error"}
+ROW_KEYS = {"system", "median_ms", "gflops", "max_abs_diff", "error", "round_ms"}
 
 
-def bench(tmp_path, *argv: str) -> dict:
+def bench(tmp_path, *argv: str, rounds: int = 1) -> dict:
     path = tmp_path / "out" / "bench.json"
-    assert main(["bench", "op", *argv, "--repeats", "3", "--json", str(path)]) == 0
+    assert main(["bench", "op", *argv, "--repeats", "3", "--rounds", str(rounds), "--json", str(path)]) == 0
     return json.loads(path.read_text())
 
 
 def test_matmul_json_record(tmp_path, capsys):
-    record = bench(tmp_path, "matmul", "--shape", "17,9,5", "--compare", PEERS)
+    record = bench(tmp_path, "matmul", "--shape", "17,9,5", "--compare", PEERS, rounds=2)
     out = capsys.readouterr().out
-    assert "GFLOP/s" in out and "taskloom compile:" in out
+    assert "GFLOP/s" in out and "taskloom compile:" in out and "median of 2 rounds of 3 runs" in out
     assert record["op"] == "matmul" and record["shape"] == [17, 9, 5]
     assert record["command"] == (f"taskloom bench op matmul --shape 17,9,5 --compare {PEERS} "
-                                 f"--repeats 3 --json {tmp_path / 'out' / 'bench.json'}")
-    assert record["args"] == {"batch": None, "compare": PEERS.split(","), "tune": 0, "repeats": 3, "target": None}
+                                 f"--repeats 3 --rounds 2 --json {tmp_path / 'out' / 'bench.json'}")
+    assert record["args"] == {"batch": None, "compare": PEERS.split(","), "tune": 0, "repeats": 3, "rounds": 2,
+                              "target": None}
     assert record["flop"] == 2 * 17 * 9 * 5 and record["dims"] == {"B": 1, "M": 17, "N": 9, "K": 5}
     assert [r["system"] for r in record["rows"]] == ["taskloom", *PEERS.split(",")]
     for r in record["rows"]:
@@ -38,6 +39,7 @@ def test_matmul_json_record(tmp_path, capsys):
         assert r["error"] is None, r
         assert r["median_ms"] > 0 and r["gflops"] == pytest.approx(record["flop"] / r["median_ms"] / 1e6)
         assert r["max_abs_diff"] < 1e-4
+        assert len(r["round_ms"]) == 2 and min(r["round_ms"]) <= r["median_ms"] <= max(r["round_ms"])
     assert record["taskloom"]["compile_s"] > 0 and record["taskloom"]["tune"] == 0
     assert record["results"] == [{k: record[k] for k in ("shape", "dims", "flop", "rows", "taskloom")}]
     assert {"cpu", "cores", "isa", "l1d", "l2", "l3", "platform"} <= set(record["machine"])

@@ -13,7 +13,9 @@ and ``B`` by element or copies a vector of them into a buffer of its own (packin
 - replaces every packing copy by the prologue vectorized along the copied axis (one masked
   load when the operand is an input read in order), lane by lane otherwise; a template whose
   copies all start at multiples of the vector length says so (the ``pack_aligned``
-  attribute), which lets an NHWC window vectorize along its channels;
+  attribute), which lets an NHWC window vectorize along its channels; a copy into a
+  register of vectors (``bv[v] = vload(B[b, k, n], L, count)``, an operand read in place)
+  is a packing copy too;
 - replaces every store ``C[b, m, n:n+L] = v`` by the epilogue evaluated on ``v``, vectorized
   along ``n`` when the epilogue allows (bias, activations, residual adds), lane by lane
   otherwise, written to the group's true output at the element's offset.
@@ -111,10 +113,14 @@ class _Fuse(Rewriter):
                                 "(P[..] = vload(B[..], L, count))")
         return self.generic_visit(e)
 
-    def _pack(self, s: S.VectorStore, load: E.VectorLoad) -> S.Stmt:
-        """``P[..] = vload(A|B[..], L, count)``: the prologue for those lanes, zero past ``count``."""
+    def _pack(self, s: S.VectorStore | S.BufferStore, load: E.VectorLoad) -> S.Stmt:
+        """``P[..] = vload(A|B[..], L, count)``: the prologue for those lanes, zero past ``count``.
+        ``P`` is a buffer of elements, or a register tensor of vectors (a micro-kernel reading
+        its operand in place), which takes a prologue that goes lane by lane through a
+        vector of scratch."""
         c = self.con
-        if load.stride != 1 or s.count is not None:
+        into_register = isinstance(s, S.BufferStore)
+        if load.stride != 1 or getattr(s, "count", None) is not None:
             raise ScheduleError("post-scheduling fusion: a packing copy must be a full contiguous vector")
         b, row, start = (self.visit(i) for i in load.indices)
         if load.tensor is self.B:  # lanes run along n
@@ -125,9 +131,14 @@ class _Fuse(Rewriter):
         lanes = load.lanes
         idx = tuple(self.visit(i) for i in s.indices)
         vector = vectorize_expr(expr, along, start, lanes, count, aligned=self.aligned)
+        if into_register and (vector is None or not (count is None or isinstance(vector, E.VectorLoad))):
+            self.tiles += 1
+            tile = E.Var(f"prologue_tile{self.tiles}", TensorType(load.type.base, (E.as_expr(lanes),)))
+            return S.seq([S.Declare(tile, scope="local"), self._pack(S.VectorStore(tile, (E.as_expr(0),), load), load),
+                          S.BufferStore(s.tensor, idx, E.VectorLoad(tile, (E.as_expr(0),), lanes))])
         if vector is not None:
             if count is None or isinstance(vector, E.VectorLoad):  # a masked load already zeroes the rest
-                return S.VectorStore(s.tensor, idx, vector)
+                return S.BufferStore(s.tensor, idx, vector) if into_register else S.VectorStore(s.tensor, idx, vector)
             return S.seq([S.VectorStore(s.tensor, idx, E.Broadcast(E.const(0.0, vector.type.base), lanes)),
                           S.VectorStore(s.tensor, idx, vector, count)])
         lane = E.Var("lane", index_type)
@@ -141,6 +152,8 @@ class _Fuse(Rewriter):
                             "vectorize")])
 
     def visit_BufferStore(self, s: S.BufferStore) -> S.Stmt:
+        if isinstance(s.value, E.VectorLoad) and s.value.tensor in (self.A, self.B) and s.tensor is not self.C:
+            return self._pack(s, s.value)  # a register of the micro-kernel loaded from its operand
         if s.tensor is not self.C:
             return self.generic_visit(s)
         c = self.con

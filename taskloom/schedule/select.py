@@ -28,10 +28,17 @@ from taskloom.target.cpu import CpuTarget
 
 
 def template_serves(con: Contraction, target: CpuTarget) -> bool:
-    """Whether the matmul template beats the rule-based schedule on ``con``: it needs a few
-    rows and a vector of columns to fill its register tile (a matrix-vector product is a
-    row reduction, which the rule-based scheduler vectorizes along K instead)."""
-    return con.M >= 2 and con.N >= target.vector_lanes(float32) // 2 and con.K >= 2
+    """Whether the matmul template beats the rule-based schedule on ``con``: it needs a
+    vector of columns to fill its register tile, and a few rows, or one row whose B is read
+    in order (a vector times a matrix: the template's one-row tiles read B's rows in place,
+    twice as fast as a reduction down its columns). A vector times a transposed operand is
+    a row reduction, which the rule-based scheduler vectorizes along K."""
+    if con.N < target.vector_lanes(float32) // 2 or con.K < 2:
+        return False
+    if con.M >= 2:
+        return True
+    from taskloom.tune.model import pack_kinds
+    return pack_kinds(con, target)[1] == "copy"
 
 
 def workload_key(con: Contraction, kinds: tuple[str, str]) -> str:
@@ -55,15 +62,18 @@ class Tunable:
     pack: tuple[float, float]
     kernel: Callable[[MatmulConfig], S.Function]
     args: list[tuple[tuple[int, ...], str]]
+    b_vectorizes: bool  # B copies by vectors, so a band one tile high reads it in place
 
 
 def tunable(con: Contraction, target: CpuTarget) -> Tunable:
     """The :class:`Tunable` of ``con`` on ``target``."""
-    from taskloom.tune.model import kinds_cost, pack_kinds
+    from taskloom.tune.model import b_vectorizes, kinds_cost, pack_kinds
     kinds = pack_kinds(con, target)
     pack = kinds_cost(kinds, target.vector_lanes(float32))
-    fused = lambda c: fuse_contraction(matmul_program(con.shape, c, target, name="fused"), con)  # noqa: E731
-    return Tunable(con, workload_key(con, kinds), pack, fused, fused_arg_specs(con))
+    in_place = b_vectorizes(pack, target.vector_lanes(float32))
+    fused = lambda c: fuse_contraction(matmul_program(con.shape, c, target, name="fused",  # noqa: E731
+                                                      b_vectorizes=in_place), con)
+    return Tunable(con, workload_key(con, kinds), pack, fused, fused_arg_specs(con), in_place)
 
 
 def choose_config(con: Contraction, target: CpuTarget, tune: int = 0, deadline: float | None = None,
@@ -112,7 +122,8 @@ def schedule_kernel(task: Task, target: CpuTarget, name: str | None = None, tune
         b = constant_b(con, constants) if constants else None
         config = choose_config(con, target, tune, deadline, prepacked_b=b is not None)
         program = matmul_program(con.shape, config, target, name=name or task.name,
-                                 prepacked_b=0 if b is None else b.shape[0])
+                                 prepacked_b=0 if b is None else b.shape[0],
+                                 b_vectorizes=tunable(con, target).b_vectorizes)
         fn = fuse_contraction(program, con)
         if b is None:
             return Scheduled(fn, tuple(range(len(task.inputs))))

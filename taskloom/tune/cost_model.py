@@ -36,7 +36,7 @@ from taskloom.ir.functor import collect
 from taskloom.schedule.templates.matmul_cpu import MatmulConfig, matmul_program
 from taskloom.target.cpu import CpuTarget
 from taskloom.transforms.simplify_rules import fold_binary
-from taskloom.tune.model import predict
+from taskloom.tune.model import b_vectorizes, predict
 from taskloom.tune.records import Records, config_key
 
 _PROGRAM_KEYS = ("fma", "vload_param", "vload_local", "vstore_param", "vstore_local", "gather",
@@ -264,8 +264,10 @@ def features(shape: tuple[int, int, int, int], pack: tuple[float, float], config
              target: CpuTarget) -> np.ndarray:
     """The feature vector (:data:`FEATURE_NAMES`) of ``config`` on the task; the program is
     the plain template's (a fused prologue enters through its pack costs)."""
+    from taskloom.ir.dtypes import float32
     from taskloom.transforms import lower
-    prog = program_features(lower(matmul_program(shape, config, target)))
+    in_place = b_vectorizes(pack, target.vector_lanes(float32))
+    prog = program_features(lower(matmul_program(shape, config, target, b_vectorizes=in_place)))
     pred = predict(shape, config, target, pack=pack)
     total = pred.seconds if pred.ok and pred.seconds > 0 else 1.0
     parts = pred.parts

@@ -19,7 +19,8 @@ of the ``PM x PN`` grid, as Roller prices an rTile by the traffic of each memory
 - **partial sums**: when K spans several blocks, every call reads and writes its tile of
   the band's partial-sum buffer (``BAND_M x NC``), from L2, L3 or DRAM as that buffer fits
   (small K blocks on a 4096 x 4096 product stream 32 MiB of partial sums per block).
-- **packing**: every element of A is packed once per column block, of B once per band; a
+- **packing**: every element of A is packed once per column block, of B once per band (a
+  band one tile high reads B in place: only its reads count); a
   packed element costs its reads from wherever the operand lives (L2, L3 or DRAM, sized
   by the operand against the caches, DRAM shared by the busy cores) and the copy itself,
   which is cheap for a contiguous vector copy and about a cycle per element for a prologue
@@ -40,7 +41,8 @@ from dataclasses import dataclass, field
 from taskloom.ir import cdiv
 from taskloom.ir import expr as E
 from taskloom.ir.dtypes import float32
-from taskloom.schedule.templates.matmul_cpu import MatmulConfig, blocking, default_config, matmul_space
+from taskloom.schedule.templates.matmul_cpu import (MatmulConfig, blocking, default_config, matmul_space,
+                                                     reads_b_in_place)
 from taskloom.target.cpu import CpuTarget
 from taskloom.target.probe import HardwareProfile, profile_for
 
@@ -144,8 +146,10 @@ def predict(shape: tuple[int, int, int, int], config: MatmulConfig, target: CpuT
     fma_cycles, load_cycles = MR * NV / FMA_PORTS, (MR + NV) / LOAD_PORTS
     step_cycles = max(fma_cycles, load_cycles) + LOAD_OVERLAP * min(fma_cycles, load_cycles)
     call_cycles = CALL_OVERHEAD_CYCLES + 2 * MR * NV / LOAD_PORTS  # accumulators in and out
-    # the B panel stays in L1 only if the A micro-panel streaming past it leaves it room
-    b_from_l2 = b_panel + MR * KC * 4 > target.l1d_bytes
+    # the B panel stays in L1 only if the A micro-panel streaming past it leaves it room; a
+    # B read in place is read once, from where it lies (priced with the packing below)
+    in_place = reads_b_in_place(shape, c, target, b_vectorizes(pack, L))
+    b_from_l2 = not in_place and b_panel + MR * KC * 4 > target.l1d_bytes
     l2_stream = l2 * L2_STREAM_SHARE
     kernel = 0.0
     for kn in k_blocks:
@@ -162,7 +166,7 @@ def predict(shape: tuple[int, int, int, int], config: MatmulConfig, target: CpuT
         partials = Bt * row_tiles * col_tiles * tile_bytes / source_bandwidth(rows * NC * 4, stream=True)
     # B blocks that do not fit L2 come back from L3 for every block of rows
     refetch = 0.0
-    if b_block > target.l2_bytes // 2:
+    if b_block > target.l2_bytes // 2 and not in_place:
         refetch = Bt * len(_blocks(rows, MC)) * K * col_tiles * NR * 4 / l3
     # packing: each element of A once per block of columns, of B once per band
     a_elems = Bt * len(col_blocks) * K * row_tiles * MR
@@ -170,7 +174,8 @@ def predict(shape: tuple[int, int, int, int], config: MatmulConfig, target: CpuT
     a_src = source_bandwidth(M * K * 4)
     b_src = source_bandwidth(K * N * 4)
     pack_a = a_elems * pack[0] * cycle / L + a_elems * 4 / a_src
-    pack_b = b_elems * pack[1] * cycle / L + b_elems * 4 / b_src
+    copy_b = 0.0 if in_place else pack[1]  # one row of tiles: B is not copied
+    pack_b = b_elems * copy_b * cycle / L + b_elems * 4 / b_src
     parts = {"kernel": kernel, "partials": partials, "refetch": refetch, "pack_a": pack_a, "pack_b": pack_b,
              "overhead": PARALLEL_OVERHEAD_S}
     return Prediction(sum(parts.values()), parts)
@@ -209,6 +214,13 @@ def pack_cost(kind: str, lanes: int) -> float:
     if kind.startswith("lane") and kind[4:].isdigit():
         return lanes * max(1.0, int(kind[4:]) / LANE_NODES_PER_CYCLE)
     raise ValueError(f"unknown pack kind {kind!r}")
+
+
+def b_vectorizes(pack: tuple[float, float], lanes: int) -> bool:
+    """Whether B, packing at ``pack[1]`` cycles a vector, copies by vectors (a plain copy or
+    vector arithmetic, not a gather or lane by lane): what lets a band one tile high read it
+    in place (:func:`~taskloom.schedule.templates.matmul_cpu.reads_b_in_place`)."""
+    return pack[1] <= pack_cost("vec", lanes)
 
 
 def kinds_cost(kinds: tuple[str, str], lanes: int) -> tuple[float, float]:

@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 import taskloom
 from taskloom.errors import ScheduleError
 from taskloom.schedule.templates.matmul_cpu import (MatmulConfig, default_config, matmul_program,
-                                                    matmul_space, pack_b_panels)
+                                                    matmul_space, pack_b_panels, reads_b_in_place)
 from taskloom.target import get_target, host_target
 
 HOST = host_target()
@@ -72,6 +72,25 @@ def test_small_blocks_exercise_every_edge(target):
                    MatmulConfig(2, 3, 7, 4, 3 * lanes, 1, target.num_cores)):
         for shape in ((1, 23, 5 * lanes + 3, 50), (2, 9, 2 * lanes - 1, 33)):
             run(shape, config, target)
+
+
+@pytest.mark.parametrize("target", [HOST, AVX2], ids=["host", "avx2"])
+def test_one_row_of_tiles_reads_b_in_place(target):
+    """A core's band one register tile high reads B where it lies (no packing loop) and gets
+    the same numbers: ragged columns, K in several blocks, a batch, rows split over cores; a
+    band two tiles high packs B."""
+    lanes = target.vector_lanes(taskloom.ir.f32)
+    P = target.num_cores
+    for config, shape in ((MatmulConfig(4, 2, 16, 8, 2 * lanes, 1, P), (1, 1, 5 * lanes + 3, 50)),
+                          (MatmulConfig(4, 2, 16, 8, 2 * lanes, 1, P), (2, 3, 2 * lanes - 1, 33)),
+                          (MatmulConfig(4, 3, 8, 8, 3 * lanes, P, 1), (1, 4 * P - 1, lanes + 1, 19)),
+                          (MatmulConfig(1, 4, 32, 8, 4 * lanes, 1, P), (1, 1, 9 * lanes - 2, 70))):
+        assert reads_b_in_place(shape, config, target)
+        assert matmul_program(shape, config, target).attr("packs_b") is False
+        run(shape, config, target)
+    tall = MatmulConfig(4, 2, 16, 8, 2 * lanes, 1, P)
+    assert not reads_b_in_place((1, 5, 64, 64), tall, target)
+    assert matmul_program((1, 5, 64, 64), tall, target).attr("packs_b") is True
 
 
 @pytest.mark.parametrize("target", [HOST, AVX2], ids=["host", "avx2"])

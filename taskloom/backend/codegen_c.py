@@ -428,7 +428,7 @@ class _FunctionCodegen:
                 self.stmt(x, d)
         elif isinstance(s, S.For):
             v, n = c_name(s.var.name), self.expr(s.extent)
-            if s.kind == "parallel":
+            if s.kind == "parallel" and not E.is_const(s.extent, 1):  # one worker: no team to wake
                 self.emit(d, "#pragma omp parallel for schedule(static)")
             elif s.kind == "unroll":
                 self.emit(d, f"#pragma GCC unroll {s.extent.value if E.is_const(s.extent) else 8}")  # type: ignore[attr-defined]

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
-from torch.utils._pytree import tree_unflatten
+from torch.utils._pytree import TreeSpec, tree_unflatten
 
 from taskloom.errors import FrontendError
 from taskloom.frontend.torch_aten import REGISTRY, register
@@ -137,6 +137,7 @@ class _Program:
 
     def __init__(self, conversion: Conversion, compiled: Any, state: tuple[tuple, list]):
         self.conversion, self.compiled, self.state = conversion, compiled, state
+        self._rebuild = _rebuilder(conversion.out_spec)
 
     def holds(self, state: tuple[tuple, list]) -> bool:
         """Whether ``state`` (tensors, versions) is the one this program froze. Called on every
@@ -150,13 +151,24 @@ class _Program:
         if self.compiled is not None:
             ins = []
             for p in conv.input_positions:
-                t = args[p].detach()
+                t = args[p]
+                if t.requires_grad:
+                    t = t.detach()
                 ins.append(t if t.is_contiguous() else t.contiguous())
             outs = self.compiled(*ins)
             if not isinstance(outs, tuple):
                 outs = (outs,)
-        leaves = [outs[v] if kind == "graph" else v for kind, v in conv.leaves]
-        return tree_unflatten(leaves, conv.out_spec)
+        return self._rebuild([outs[v] if kind == "graph" else v for kind, v in conv.leaves])
+
+
+def _rebuilder(spec: TreeSpec) -> Callable[[list], Any]:
+    """What turns the output leaves into torch's output structure. A graph's outputs are
+    nearly always a flat tuple or list of tensors, which is built directly: the general
+    ``tree_unflatten`` costs a few microseconds a call, as much as a small model's kernels."""
+    children = [spec.child(i) for i in range(spec.num_children)] if spec.type in (tuple, list) else None
+    if children is not None and all(c.is_leaf() for c in children):
+        return spec.type
+    return lambda leaves: tree_unflatten(leaves, spec)
 
 
 class CompiledFunction:

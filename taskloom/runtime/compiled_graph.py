@@ -23,6 +23,7 @@ import numpy as np
 from taskloom.errors import ArgumentError, LoadError
 from taskloom.runtime.aligned import aligned_copy, aligned_empty_at
 from taskloom.runtime.dlpack import array_view
+from taskloom.runtime.dlpack import as_torch as as_torch_tensor
 
 MAGIC = b"TASKLOOM-MODEL\x00\x01"
 ENTRY = "taskloom_graph"
@@ -67,8 +68,11 @@ class CompiledGraph:
         # what a call checks and allocates, worked out once (a call costs microseconds of Python)
         self._in_types = [(_np_dtype_or_none(i["dtype"]), tuple(i["shape"])) for i in self.inputs]
         self._out_types = [(_np_dtype_or_none(o["dtype"]) or o["dtype"], tuple(o["shape"])) for o in self.outputs]
-        self._in_table = ctypes.c_void_p * max(len(self.inputs), 1)
-        self._out_table = ctypes.c_void_p * max(len(self.outputs), 1)
+        # the pointer tables and the arena's address, filled in under the lock on each call
+        self._in_ptrs = (ctypes.c_void_p * max(len(self.inputs), 1))()
+        self._out_ptrs = (ctypes.c_void_p * max(len(self.outputs), 1))()
+        self._arena_arg = ctypes.c_void_p(self._arena_ptr)
+        self._torch_types: tuple[Any, list[Any], list[Any] | None] | None = None  # on the first torch call
 
     # ------------------------------------------------------------------ calling
     @property
@@ -83,15 +87,19 @@ class CompiledGraph:
 
     def __call__(self, *args: Any) -> Any:
         keep: list[Any] = []  # the inputs' keep-alives, until the native call returns
-        outs, ins, outp = self._prepare(args, keep)
+        ptrs, as_torch = self._input_pointers(args, keep)
+        outs, outptrs = self._new_outputs(as_torch)
         with self._lock:
+            ins, outp = self._in_ptrs, self._out_ptrs
+            ins[:len(ptrs)] = ptrs
+            outp[:len(outptrs)] = outptrs
             if self._profile is None:
-                self._entry(self._w, ins, outp, ctypes.c_void_p(self._arena_ptr))
+                self._entry(self._w, ins, outp, self._arena_arg)
             else:
                 ms = np.zeros(max(len(self.meta["kernels"]), 1), np.float64)
-                self._profile_fn(self._w, ins, outp, ctypes.c_void_p(self._arena_ptr), ctypes.c_void_p(ms.ctypes.data))
+                self._profile_fn(self._w, ins, outp, self._arena_arg, ctypes.c_void_p(ms.ctypes.data))
                 self._profile.append(ms)
-        return self._finish(args, outs)
+        return self._finish(args, outs, as_torch)
 
     @contextlib.contextmanager
     def profiling(self) -> Iterator[list[dict[str, Any]]]:
@@ -136,33 +144,62 @@ class CompiledGraph:
         fn.argtypes, fn.restype = [ctypes.c_void_p] * 5, None
         return fn
 
-    def _prepare(self, args: Sequence[Any], keep: list[Any]) -> tuple[list[np.ndarray], Any, Any]:
-        """Checks ``args`` and returns the fresh outputs and the input and output pointer tables;
-        what must stay alive while the pointers are used goes to ``keep``."""
+    def _input_pointers(self, args: Sequence[Any], keep: list[Any]) -> tuple[list[int], bool]:
+        """The data pointers of ``args``, checked against the inputs, and whether any is a torch
+        tensor; what must stay alive while the pointers are used goes to ``keep``. A call on
+        small tensors costs microseconds of Python, so the common cases (a C-contiguous numpy
+        array or CPU tensor of the right dtype and shape) take a dozen attribute reads; anything
+        else takes the general path, which also names what is wrong."""
         if len(args) != len(self.inputs):
             names = ", ".join(i["name"] for i in self.inputs)
             raise ArgumentError(f"the compiled graph takes {len(self.inputs)} input(s) ({names}), got {len(args)}")
-        ptrs = []
-        for (dtype, shape), spec, a in zip(self._in_types, self.inputs, args):
+        ptrs, as_torch = [], False
+        for k, ((dtype, shape), a) in enumerate(zip(self._in_types, args)):
             keep.append(a)
-            # the common case in a dozen attribute reads; anything else takes the general
-            # path, which also names what is wrong
-            if type(a) is np.ndarray and a.dtype == dtype and a.shape == shape and a.flags.c_contiguous:
-                ptrs.append(a.ctypes.data)
-            else:
-                ptrs.append(self._input_pointer(spec, a, keep))
-        outs, outptrs = [], []
+            if type(a) is np.ndarray:
+                if a.dtype == dtype and a.shape == shape and a.flags.c_contiguous:
+                    ptrs.append(a.ctypes.data)
+                    continue
+            elif type(a).__module__.startswith("torch"):
+                as_torch = True
+                torch, in_dtypes, _ = self._torch()
+                if (isinstance(a, torch.Tensor) and a.dtype == in_dtypes[k] and a.shape == shape and a.is_cpu
+                        and not a.requires_grad and a.is_contiguous()):
+                    ptrs.append(a.data_ptr())
+                    continue
+            ptrs.append(self._input_pointer(self.inputs[k], a, keep))
+        return ptrs, as_torch
+
+    def _torch(self) -> tuple[Any, list[Any], list[Any] | None]:
+        """``(torch, the inputs' torch dtypes, the outputs' or None)``, worked out on the
+        first call with a torch tensor; None for the outputs when one has no torch dtype or
+        is a copy (those are made as numpy arrays and handed over)."""
+        if self._torch_types is None:
+            import torch
+            names = {"float64": torch.float64, "float32": torch.float32, "float16": torch.float16,
+                     "bfloat16": torch.bfloat16, "int64": torch.int64, "int32": torch.int32,
+                     "int16": torch.int16, "int8": torch.int8, "uint8": torch.uint8, "bool": torch.bool}
+            outs = [names.get(o["dtype"]) for o in self.outputs]
+            plain = all(d is not None for d in outs) and not any(o.get("copy_of") is not None for o in self.outputs)
+            self._torch_types = (torch, [names.get(i["dtype"]) for i in self.inputs], outs if plain else None)
+        return self._torch_types
+
+    def _new_outputs(self, as_torch: bool) -> tuple[list[Any], list[int]]:
+        """Fresh outputs (torch tensors for a torch call, whose allocator aligns to 64 bytes)
+        and their data pointers."""
+        if as_torch and self._torch()[2] is not None:
+            torch, _, dtypes = self._torch()
+            outs = [torch.empty(shape, dtype=d) for (_, shape), d in zip(self._out_types, dtypes)]
+            return outs, [o.data_ptr() for o in outs]
+        outs, ptrs = [], []
         for dtype, shape in self._out_types:
             o, ptr = aligned_empty_at(shape, dtype)
             outs.append(o)
-            outptrs.append(ptr)
-        ins = self._in_table(*ptrs)
-        outp = self._out_table(*outptrs)
-        return outs, ins, outp
+            ptrs.append(ptr)
+        return outs, ptrs
 
-    def _finish(self, args: Sequence[Any], outs: list[np.ndarray]) -> Any:
+    def _finish(self, args: Sequence[Any], outs: list[Any], as_torch: bool) -> Any:
         """Fills the outputs that copy an input, a constant or another output; torch in, torch out."""
-        as_torch = any(type(a).__module__.startswith("torch") for a in args)
         for o, spec in zip(outs, self.outputs):
             if spec.get("copy_of") is not None:  # an output that is an input, a constant or another output
                 kind, k = spec["copy_of"]
@@ -171,9 +208,8 @@ class CompiledGraph:
                 else:
                     src = self.constants[k] if kind == "w" else outs[k]
                 np.copyto(o, src)
-        if as_torch:
-            import torch
-            outs = [torch.from_dlpack(o) for o in outs]
+        if as_torch and isinstance(outs[0] if outs else None, np.ndarray):
+            outs = [as_torch_tensor(o) for o in outs]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def _input_pointer(self, spec: dict[str, Any], a: Any, keep: list) -> int:

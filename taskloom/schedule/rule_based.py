@@ -40,6 +40,11 @@ from taskloom.transforms.simplify import simplify_expr
 BLOCK = 4096
 #: The same for a 1-d node whose every element is a reduction.
 REDUCE_BLOCK = 64
+#: Element steps (an output element, or one term of a reduction) below which a kernel runs
+#: on one thread: waking the other cores costs about half a microsecond a kernel, about what
+#: one core takes for a few thousand (a layer norm and softmax of 4 x 256: 1.2 us on one
+#: thread, 2.2 on two; at 16 x 256 a wash; at 64 x 256 two threads win, measured).
+SERIAL_STEPS = 8192
 #: Vector accumulators of a reduction along a contiguous axis: enough to cover the latency
 #: of a vector add (4 cycles) at one add per cycle.
 ACCUMULATORS = 4
@@ -176,7 +181,20 @@ def _fused_rows(task: Task, nodes: list[GridCompute], ctx: _Ctx) -> S.Stmt:
             ctx.tensors[n] = var
             inner.append(S.Declare(var, None, "local") if rest else S.Declare(var))
         inner.append(_node_body(n, ctx, dict(zip(n.axes[:p], row_axes))))
-    return S.For(t, E.as_expr(prod(rows)), S.seq(inner), "parallel")
+    return S.For(t, E.as_expr(prod(rows)), S.seq(inner), _loop_kind(nodes))
+
+
+def _loop_kind(nodes: Sequence[GridCompute]) -> str:
+    """``parallel``, or ``serial`` when ``nodes`` together take fewer than SERIAL_STEPS steps
+    (their elements, times the terms of their largest reduction) and the count is known."""
+    steps = 0
+    for n in nodes:
+        elements = simplify_expr(E.as_expr(prod(n.shape)))
+        terms = [simplify_expr(E.as_expr(prod(r.shape))) for r in collect(n.value, ReduceCompute)]  # type: ignore[attr-defined]
+        if not all(isinstance(x, E.Constant) for x in (elements, *terms)):
+            return "parallel"
+        steps += int(elements.value) * max([1, *(int(x.value) for x in terms)])  # type: ignore[attr-defined]
+    return "serial" if steps < SERIAL_STEPS else "parallel"
 
 
 def _row_reductions(nodes: list[GridCompute], row_axes: list[E.Expr], ctx: _Ctx) -> list[S.Stmt]:
@@ -225,7 +243,7 @@ def _node_nest(n: GridCompute, ctx: _Ctx) -> S.Stmt:
         outer = n.shape[:-1]
         t = E.Var(ctx.names.fresh("o"), index_type)
         body = _node_body(n, ctx, dict(zip(n.axes[:-1], unravel(t, outer))))
-        return S.For(t, E.as_expr(prod(outer)), body, "parallel")
+        return S.For(t, E.as_expr(prod(outer)), body, _loop_kind([n]))
     # each element of a 1-d reduction (or of a few rows of them: a matrix-vector product) is a
     # whole reduction: far smaller blocks spread it
     block = REDUCE_BLOCK if reduces else BLOCK
@@ -238,13 +256,13 @@ def _node_nest(n: GridCompute, ctx: _Ctx) -> S.Stmt:
         o, b = (t // nb, t % nb) if outer else (E.as_expr(0), t)
     bind = dict(zip(n.axes[:-1], unravel(o, outer))) if outer else {}
     if E.is_const(nb, 1):
-        return S.For(t, E.as_expr(prod(outer)), _row(n, ctx, bind, E.as_expr(0), last), "parallel")
+        return S.For(t, E.as_expr(prod(outer)), _row(n, ctx, bind, E.as_expr(0), last), _loop_kind([n]))
     start = E.Var(ctx.names.fresh("start"), index_type)
     length = E.Var(ctx.names.fresh("length"), index_type)
     body = S.seq([S.Comment(f"blocks of {block} along the last axis spread even one row over every core"),
                   S.Let(start, b * block), S.Let(length, E.minimum(last - start, block)),
                   _row(n, ctx, bind, start, length)])
-    return S.For(t, E.as_expr(prod([*outer, nb])) if outer else nb, body, "parallel")
+    return S.For(t, E.as_expr(prod([*outer, nb])) if outer else nb, body, _loop_kind([n]))
 
 
 def _few_rows(outer: Sequence[E.Expr], ctx: _Ctx) -> bool:

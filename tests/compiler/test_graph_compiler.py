@@ -89,6 +89,26 @@ def test_inputs_off_the_common_path_give_the_same_result(cnn):
         np.testing.assert_array_equal(np.asarray(got), want)
 
 
+def test_torch_inputs_are_checked_like_numpy_ones(cnn):
+    """Torch tensors take their own quick checks (a data pointer instead of a DLPack capsule):
+    a parameter passes them, anything wrong falls to the general checks, which name it."""
+    w, compiled = cnn
+    x = arr(2, 3, 9, 9)
+    want = torch_cnn(w, x)
+    got = compiled(torch.nn.Parameter(torch.from_numpy(x), requires_grad=False))
+    assert isinstance(got, torch.Tensor) and got.data_ptr() % 64 == 0  # fresh, cache-line aligned
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-6)
+    with pytest.raises(ArgumentError, match="'image' must have shape"):
+        compiled(torch.zeros(1, 3, 9, 9))
+    with pytest.raises(ArgumentError, match="'image' must be float32"):
+        compiled(torch.zeros(2, 3, 9, 9, dtype=torch.float64))
+    with pytest.raises(ArgumentError, match="'image' is not C-contiguous"):
+        compiled(torch.zeros(2, 3, 9, 9).transpose(2, 3))
+    with pytest.raises(ArgumentError, match="'image'"):
+        compiled(torch.zeros(2, 3, 9, 9, requires_grad=True))
+    np.testing.assert_allclose(compiled(torch.from_numpy(x)).numpy(), want, rtol=1e-4, atol=1e-6)
+
+
 def test_save_and_load_round_trip(cnn, tmp_path):
     w, compiled = cnn
     path = tmp_path / "cnn.tlm"

@@ -7,12 +7,20 @@ from hypothesis import given, settings, strategies as st
 
 import taskloom
 from taskloom.errors import ScheduleError
-from taskloom.schedule.templates.matmul_cpu import (MatmulConfig, default_config, matmul_program,
+from taskloom.schedule.templates import matmul_cpu
+from taskloom.schedule.templates.matmul_cpu import (MatmulConfig, core_grid, default_config, matmul_program,
                                                     matmul_space, pack_b_panels, reads_b_in_place)
 from taskloom.target import get_target, host_target
 
 HOST = host_target()
 AVX2 = get_target("cpu -isa=avx2")
+
+
+@pytest.fixture(autouse=True)
+def every_product_shares_its_cores(monkeypatch):
+    """The shapes here are small, to test fast; products that small would run on one core
+    (SERIAL_FMAS), and the bands of each core grid would go untested."""
+    monkeypatch.setattr(matmul_cpu, "SERIAL_FMAS", 0)
 
 
 def run(shape, config, target, prepacked_b=0):
@@ -140,3 +148,24 @@ def test_bad_config_is_a_clear_error():
         matmul_program((1, 8, 8, 8), MatmulConfig(16, 4, 64, 64, 64, 1, 1), AVX2)
     with pytest.raises(ScheduleError, match="positive"):
         matmul_program((1, 0, 8, 8), default_config((1, 1, 8, 8), HOST), HOST)
+
+
+@pytest.mark.parametrize("target", [HOST, AVX2], ids=["host", "avx2"])
+def test_cores_without_a_band_are_not_woken(target, monkeypatch):
+    """A product too small to share runs on one core, and a grid row or column of cores left
+    without a band drops out: the kernel then has no parallel region to wake a team for."""
+    monkeypatch.setattr(matmul_cpu, "SERIAL_FMAS", 1 << 16)
+    lanes = target.vector_lanes(taskloom.ir.f32)
+    P = target.num_cores
+    grid = MatmulConfig(4, 2, 16, 8, 2 * lanes, P, 1)
+    assert core_grid((1, 8, 64, 64), grid, target) == (1, 1)  # 32 768 FMAs
+    assert core_grid((1, 1, 2048, 64), grid, target) == (1, 1)  # one row of tiles: no second band
+    assert core_grid((1, 64, 2048, 64), grid, target) == (P, 1)
+    assert core_grid((1, 1, 2048, 64), MatmulConfig(4, 2, 16, 8, 2 * lanes, 1, P), target) == (1, P)
+    for shape in ((1, 8, 64, 64), (1, 1, 2048, 64)):
+        program = matmul_program(shape, grid, target)
+        assert "omp parallel" not in taskloom.build(program, target).source_path.read_text()
+        run(shape, grid, target)
+    if P > 1:
+        shared = matmul_program((1, 64, 2048, 64), grid, target)
+        assert "omp parallel" in taskloom.build(shared, target).source_path.read_text()

@@ -84,6 +84,22 @@ def test_elementwise_1d_splits_into_parallel_blocks_and_vectorizes():
         np.testing.assert_allclose(g, [v * 0.5 * (1 + erf(v / 2 ** 0.5)) for v in a], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("rows, cols, kind", [(4, 256, "serial"), (8, 8, "serial"), (64, 256, "parallel"),
+                                              (R, 256, "parallel")])
+def test_work_too_small_to_share_runs_on_one_thread(rows, cols, kind):
+    """Fewer than SERIAL_STEPS element steps (a reduction's terms count) run serially: waking
+    the team would cost more than the work. Unknown sizes stay parallel."""
+    X = tensor_input("X", f32, [rows, cols])
+    mx = compute("mx", [rows], lambda r: reduce([cols], lambda k: X[r, k], "max"))
+    task = Task("shift", [X], [compute("Y", [rows, cols], lambda r, c: X[r, c] - mx[r])])
+    kernel, low = build(task)
+    assert ("parallel" in {l.kind for l in collect(low, For)}) == (kind == "parallel")
+    x = rng.standard_normal((rows if isinstance(rows, int) else 5, cols), dtype=np.float32)
+    y = np.empty_like(x)
+    kernel(x, y)
+    np.testing.assert_allclose(y, x - x.max(1, keepdims=True))
+
+
 def test_reductions_over_each_axis_and_kind():
     X = tensor_input("X", f32, [R, C])
     outs = [compute("sum0", [C], lambda c: reduce([R], lambda r: X[r, c])),

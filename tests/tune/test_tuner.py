@@ -162,7 +162,7 @@ def test_compile_uses_a_recorded_config(tmp_path, monkeypatch):
     (group,) = fuse_graph(optimize(graph))
     Records.default().add(tunable(match_contraction(group.task), T).workload, T.key(), chosen.to_dict(), 1e-6)
     c = taskloom.compile(graph)
-    assert c.meta["kernels"][0]["schedule"] == f"matmul_cpu: {chosen}"
+    assert c.meta["kernels"][0]["schedule"].startswith(f"matmul_cpu: {chosen}")
     a, b = np.ones((20, 36), np.float32), np.ones((36, 48), np.float32)
     np.testing.assert_allclose(c(a, b)[0] if isinstance(c(a, b), (list, tuple)) else c(a, b), a @ b)
 

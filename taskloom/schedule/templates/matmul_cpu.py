@@ -63,6 +63,24 @@ class MatmulConfig:
                 f"cores {self.pm}x{self.pn}")
 
 
+#: Multiply-adds below which a product runs on one core: waking the others costs about half
+#: a microsecond, what one core takes for some 50 000 (8 x 64 x 64 through three linears:
+#: 1.7 us on one core, 3.1 on two; 64 x 64 x 64 is faster on two, measured).
+SERIAL_FMAS = 1 << 16
+
+
+def core_grid(shape: tuple[int, int, int, int], config: MatmulConfig, target: CpuTarget) -> tuple[int, int]:
+    """The ``(PM, PN)`` grid of cores the kernel runs on: the config's, less the rows or columns
+    of cores left without a band (one row times a matrix on a 2 x 1 grid keeps one core), or
+    one core for a product too small to share (SERIAL_FMAS)."""
+    Bt, M, N, K = shape
+    c = config
+    if Bt * M * N * K < SERIAL_FMAS:
+        return 1, 1
+    band_m, band_n = round_up(cdiv(M, c.pm), c.mr), round_up(cdiv(N, c.pn), c.nv * target.vector_lanes(f32))
+    return cdiv(M, band_m), cdiv(N, band_n)
+
+
 def blocking(shape: tuple[int, int, int, int], config: MatmulConfig,
              target: CpuTarget) -> tuple[int, int, int, int, int]:
     """``(BAND_M, BAND_N, MC, NC, KC)``: each core's band of rows and columns, whole
@@ -74,7 +92,8 @@ def blocking(shape: tuple[int, int, int, int], config: MatmulConfig,
     _, M, N, K = shape
     c, L = config, target.vector_lanes(f32)
     NR = c.nv * L
-    band_m, band_n = round_up(cdiv(M, c.pm), c.mr), round_up(cdiv(N, c.pn), NR)
+    pm, pn = core_grid(shape, c, target)
+    band_m, band_n = round_up(cdiv(M, pm), c.mr), round_up(cdiv(N, pn), NR)
     return (band_m, band_n, min(round_up(c.mc, c.mr), band_m), min(round_up(c.nc, NR), band_n),
             min(round_up(c.kc, L), K))
 
@@ -103,7 +122,7 @@ def matmul_program(shape: tuple[int, int, int, int], config: MatmulConfig, targe
     if MR * NV + NV + 1 > target.num_vector_registers:
         raise ScheduleError(f"matmul template: a {MR}x{NV}-vector tile needs {MR * NV + NV + 1} vector registers; "
                             f"{target.name} has {target.num_vector_registers}")
-    PM, PN = c.pm, c.pn
+    PM, PN = core_grid((Bt, M, N, K), c, target)
     P = PM * PN
     BAND_M, BAND_N, MC, NC, KC = blocking((Bt, M, N, K), c, target)
     KB = cdiv(K, KC)
@@ -195,7 +214,9 @@ def matmul_program(shape: tuple[int, int, int, int], config: MatmulConfig, targe
 
     fn = matmul
     return S.Function(name, fn.params, fn.body, fn.kind,
-                      (("template", "matmul_cpu"), ("config", str(c)), ("shape", (Bt, M, N, K)),
+                      (("template", "matmul_cpu"),
+                       ("config", str(c) + (f" (on {P} core{'s' if P > 1 else ''})" if P != c.pm * c.pn else "")),
+                       ("shape", (Bt, M, N, K)),
                        ("pack_aligned", True), ("prepacked_b", PB), ("packs_b", PACK_B)))
 
 

@@ -3,9 +3,9 @@
 
     taskloom bench model NAME [--batch B] [--seq S] [--compare torch,inductor,ort,tvm]
         [--tune 0|1|2] [--threads T] [--repeats 30] [--target SPEC] [--profile]
-        [--tvm-trials N] [--budget SECONDS] [--json FILE] [--plot FILE]
+        [--tvm-trials N] [--budget SECONDS] [--direct] [--json FILE] [--plot FILE]
 
-NAME is one of resnet50, inception_v3, mobilenet_v2, bert, gpt2 (:mod:`taskloom.bench.zoo`:
+NAME is one of resnet50, inception_v3, mobilenet_v2, bert, gpt2, mlp (:mod:`taskloom.bench.zoo`:
 random weights, no downloads). taskloom runs the way users run it, ``torch.compile(model,
 backend=taskloom)``; each peer runs as its own documentation recommends
 (:mod:`taskloom.bench.peers`). Every system gets the same model and inputs, is checked
@@ -13,6 +13,10 @@ against PyTorch eager (``max_abs_diff`` of the first output), warmed up, then ti
 ``--repeats`` times in its own block (see :mod:`taskloom.bench.timing`); a system so slow that
 this would take more than ``--budget`` seconds is timed fewer times, and its row says how
 many. A system that fails is reported with its error in its row; the others still run.
+
+``--direct`` adds a row, ``taskloom-direct``: the model compiled by ``taskloom.compile(model,
+inputs)`` and called as one compiled graph. torch.compile checks its guards on every call,
+which costs tens of microseconds, as much as a small model's kernels.
 
 ``--profile`` prints the time of each fused taskloom kernel and its share of the total,
 measured inside the native launcher. ``--plot FILE`` draws the latencies as a bar chart
@@ -48,7 +52,7 @@ from taskloom.bench.op import cell, compare_type, error_text, positive_int, targ
 from taskloom.bench import peers as peers_module
 from taskloom.bench.peers import first_output
 from taskloom.bench.timing import machine, median_ms, versions
-from taskloom.bench.zoo import IMAGE_MODELS, MODELS, build
+from taskloom.bench.zoo import MODELS, SEQUENCE_MODELS, build, input_text
 from taskloom.errors import TaskloomError
 from taskloom.target import CpuTarget
 
@@ -141,15 +145,17 @@ def _time(row: dict[str, Any], run: Any, reference: np.ndarray, flop: int | None
 
 def bench_model(name: str, batch: int, seq: int, peers: tuple[str, ...], target: CpuTarget, tune: int,
                 threads: int, repeats: int, profile: bool = False, tvm_trials: int = 0,
-                budget_s: float = 300.0) -> dict[str, Any]:
-    """Builds ``name``, measures taskloom and ``peers`` on it; the JSON record minus the command."""
+                budget_s: float = 300.0, direct: bool = False) -> dict[str, Any]:
+    """Builds ``name``, measures taskloom and ``peers`` on it; the JSON record minus the command.
+    With ``direct``, a second taskloom row times the model compiled by ``taskloom.compile(model,
+    inputs)`` and called as one compiled graph, without torch.compile's guards."""
     import torch
     torch.set_num_threads(threads)
     model, inputs = build(name, batch, seq)
     with torch.inference_mode():
         reference = first_output(model(*inputs))
     flop = count_flop(model, inputs)
-    record: dict[str, Any] = {"model": name, "batch": batch, "seq": None if name in IMAGE_MODELS else seq,
+    record: dict[str, Any] = {"model": name, "batch": batch, "seq": seq if name in SEQUENCE_MODELS else None,
                               "flop": flop, "rows": [], "taskloom": None}
     row = _row("taskloom")
     try:
@@ -165,6 +171,8 @@ def bench_model(name: str, batch: int, seq: int, peers: tuple[str, ...], target:
     except Exception as exc:  # a benchmark reports a failing system and goes on with the others
         row["error"] = error_text(exc)
     record["rows"].append(row)
+    if direct:
+        record["rows"].append(_direct_row(model, inputs, target, tune, threads, reference, flop, repeats, budget_s))
     with tempfile.TemporaryDirectory(prefix="taskloom-bench-") as workdir:
         for system in peers:
             row = _row(system)
@@ -180,14 +188,36 @@ def bench_model(name: str, batch: int, seq: int, peers: tuple[str, ...], target:
     return record
 
 
+def _direct_row(model: Any, inputs: tuple[Any, ...], target: CpuTarget, tune: int, threads: int,
+                reference: np.ndarray, flop: int | None, repeats: int, budget_s: float) -> dict[str, Any]:
+    """The row of ``taskloom-direct``: the model as one compiled graph called with the inputs,
+    which skips what torch.compile does on every call (its guards cost tens of microseconds,
+    more after a call that sweeps the caches)."""
+    import torch
+    from taskloom.frontend.torch import compile_module
+    row = _row("taskloom-direct")
+    try:
+        started = time.perf_counter()
+        graph = compile_module(model, inputs, target=target, tune=tune)
+        graph.set_num_threads(threads)
+        row["compile_s"] = time.perf_counter() - started
+        row["note"] = f"taskloom.compile(model, inputs), called directly, tune {tune}"
+
+        def run() -> np.ndarray:
+            with torch.inference_mode():
+                return first_output(graph(*inputs))
+        _time(row, run, reference, flop, repeats, budget_s)
+    except Exception as exc:
+        row["error"] = error_text(exc)
+    return row
+
+
 # -- printing -----------------------------------------------------------------------------
 
 
 def format_record(record: dict[str, Any], repeats: int, threads: int) -> str:
     """The table of one model: one line per system, then taskloom's compile phases."""
-    what = f"{record['model']} batch {record['batch']}"
-    what += f", {IMAGE_MODELS[record['model']]}x{IMAGE_MODELS[record['model']]}" if record["seq"] is None \
-        else f", sequence {record['seq']}"
+    what = f"{record['model']} batch {record['batch']}, {input_text(record['model'], record['seq'])}"
     flop = f"{record['flop'] / 1e9:.2f} GFLOP" if record["flop"] else "FLOP count unknown"
     lines = [f"{what}: {flop}, float32, median of {repeats} runs, {threads} thread{'s' if threads > 1 else ''}",
              f"  {'system':9s} {'median ms':>10s} {'GFLOP/s':>8s} {'taskloom speed-up':>17s} "
@@ -195,7 +225,7 @@ def format_record(record: dict[str, Any], repeats: int, threads: int) -> str:
     base = record["rows"][0]["median_ms"]
     for r in record["rows"]:
         speedup = r["median_ms"] / base if r["median_ms"] and base else None
-        cells = [cell(r["median_ms"], ".2f", 10), cell(r["gflops"], ".1f", 8),
+        cells = [cell(r["median_ms"], ".2f" if (r["median_ms"] or 0) >= 1 else ".4f", 10), cell(r["gflops"], ".1f", 8),
                  cell(speedup, ".2f", 16) + ("x" if speedup is not None else " "), cell(r["compile_s"], ".1f", 9),
                  cell(r["max_abs_diff"], ".2e", 12)]
         few = f"[{r['runs']} runs] " if r.get("runs") and r["runs"] < repeats else ""
@@ -267,20 +297,23 @@ def run(args: argparse.Namespace) -> int:
         os.environ.setdefault("TVM_NUM_THREADS", str(threads))
     print(f"target: {args.target or 'this machine'} ({target.key()})", flush=True)
     record = bench_model(args.name, args.batch, args.seq, peers, target, args.tune, threads, args.repeats,
-                         profile=args.profile, tvm_trials=args.tvm_trials, budget_s=args.budget)
+                         profile=args.profile, tvm_trials=args.tvm_trials, budget_s=args.budget,
+                         direct=args.direct)
     print(format_record(record, args.repeats, threads))
     if args.profile and "profile" in record:
         print(format_profile(record["profile"]))
     command = ["taskloom", "bench", "model", args.name, "--batch", str(args.batch)]
-    command += [] if args.name in IMAGE_MODELS else ["--seq", str(args.seq)]
+    command += ["--seq", str(args.seq)] if args.name in SEQUENCE_MODELS else []
     command += ["--compare", ",".join(peers) or "none", "--tune", str(args.tune), "--threads", str(threads),
                 "--repeats", str(args.repeats)] + (["--target", args.target] if args.target else [])
     command += ["--profile"] if args.profile else []
+    command += ["--direct"] if args.direct else []
     command += ["--tvm-trials", str(args.tvm_trials)] if args.tvm_trials else []
     command += ["--budget", f"{args.budget:g}"]
     record = {**record, "command": shlex.join(command),
               "args": {"compare": list(peers), "tune": args.tune, "threads": threads, "repeats": args.repeats,
-                       "target": args.target, "tvm_trials": args.tvm_trials, "budget_s": args.budget},
+                       "target": args.target, "tvm_trials": args.tvm_trials, "budget_s": args.budget,
+                       "direct": args.direct},
               "machine": machine(), "versions": {**versions(), **peers_module.peer_versions()}}
     if args.plot is not None:
         plot_record(record, Path(args.plot))
@@ -321,6 +354,9 @@ def add_model_command(kinds: argparse._SubParsersAction) -> None:
                           f"fewer (at least {MIN_RUNS}; its row says how many) (default 300)")
     sub.add_argument("--profile", action="store_true",
                      help="also print each fused taskloom kernel's time and share")
+    sub.add_argument("--direct", action="store_true",
+                     help="also time the model compiled by taskloom.compile(model, inputs) and called "
+                          "directly, without torch.compile's per-call guards (row taskloom-direct)")
     sub.add_argument("--json", default=None, metavar="FILE", help="also write the results as JSON")
     sub.add_argument("--plot", default=None, metavar="FILE", help="also draw the latencies as a PNG bar chart")
     sub.set_defaults(func=run, model_parser=sub)

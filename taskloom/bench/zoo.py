@@ -3,7 +3,8 @@
     model, inputs = build("resnet50", batch=1)       # an eval-mode torch module and its inputs
     model(*inputs)
 
-The three CNNs are defined here layer for layer as torchvision defines them (same layers,
+The MLP is a small classifier of flattened 28 x 28 images (784 -> 512 -> 512 -> 10, ReLU
+between), where a call's fixed costs weigh as much as its arithmetic. The three CNNs are defined here layer for layer as torchvision defines them (same layers,
 same shapes, same parameter counts; the tests pin the counts), so they need torch alone:
 torchvision's CPU builds pin another torch than the test environment's. BERT-base and GPT-2
 small come from ``transformers`` configs (``pip install 'taskloom[models]'``), GPT-2 without
@@ -16,9 +17,26 @@ from typing import Any, Callable
 
 from taskloom.errors import ArgumentError
 
-#: The models ``build`` knows, with what they take.
-MODELS = ("resnet50", "inception_v3", "mobilenet_v2", "bert", "gpt2")
+#: The models ``build`` knows, with what they take: images of a size, vectors of a length,
+#: or token ids (the others).
+MODELS = ("resnet50", "inception_v3", "mobilenet_v2", "bert", "gpt2", "mlp")
 IMAGE_MODELS = {"resnet50": 224, "mobilenet_v2": 224, "inception_v3": 299}
+VECTOR_MODELS = {"mlp": 784}
+SEQUENCE_MODELS = ("bert", "gpt2")
+
+
+def input_text(name: str, seq: int | None) -> str:
+    """What one input of ``name`` is, for tables: ``224x224``, ``784 features`` or ``sequence 128``."""
+    if name in IMAGE_MODELS:
+        return f"{IMAGE_MODELS[name]}x{IMAGE_MODELS[name]}"
+    return f"{VECTOR_MODELS[name]} features" if name in VECTOR_MODELS else f"sequence {seq}"
+
+
+def mlp() -> Any:
+    """784 -> 512 -> 512 -> 10 linears with ReLU between: a model small enough that the cost
+    of a call (the framework's dispatch, waking threads) is a good share of its time."""
+    nn = _nn()
+    return nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
 
 
 def _nn() -> Any:
@@ -177,12 +195,13 @@ def inception_v3(num_classes: int = 1000) -> Any:
 
 
 _BUILDERS: dict[str, Callable[..., Any]] = {"resnet50": resnet50, "mobilenet_v2": mobilenet_v2,
-                                            "inception_v3": inception_v3}
+                                            "inception_v3": inception_v3, "mlp": mlp}
 
 
 def build(name: str, batch: int = 1, seq: int = 128, seed: int = 0) -> tuple[Any, tuple[Any, ...]]:
     """An eval-mode torch model and example inputs for it: images of the model's size for the
-    CNNs, ``seq`` random token ids for BERT and GPT-2; weights and inputs from ``seed``."""
+    CNNs, vectors for the MLP, ``seq`` random token ids for BERT and GPT-2; weights and
+    inputs from ``seed``."""
     import torch
     if name not in MODELS:
         raise ArgumentError(f"bench model: unknown model {name!r} (known: {', '.join(MODELS)})")
@@ -194,6 +213,9 @@ def build(name: str, batch: int = 1, seq: int = 128, seed: int = 0) -> tuple[Any
         _randomize_norms(model)
         size = IMAGE_MODELS[name]
         inputs: tuple[Any, ...] = (torch.randn(batch, 3, size, size),)
+    elif name in VECTOR_MODELS:
+        model = _BUILDERS[name]()
+        inputs = (torch.randn(batch, VECTOR_MODELS[name]),)
     else:
         model = bert(seq) if name == "bert" else gpt2(seq)
         vocab = 30522 if name == "bert" else 50257

@@ -298,9 +298,15 @@ def compile_module(model: Any, example_inputs: tuple[Any, ...], *, target: Any =
     same inputs in order. The model must capture as one graph whose outputs it computes;
     for anything else (graph breaks, outputs that are inputs), use :func:`compile`."""
     backend = Backend(target=target, tune=tune, budget=budget, layout=layout)
+    # every module of a class shares its forward's code, and each capture adds an entry to
+    # that code's cache until the module is collected: past dynamo's recompile limit (8), a
+    # capture with fullgraph=True fails, so compiling a ninth model of a class in one
+    # process would. A capture runs once; the limit guards against recompiling in a loop.
+    limits = {"recompile_limit": max(torch._dynamo.config.recompile_limit, 1 << 16),
+              "accumulated_recompile_limit": max(torch._dynamo.config.accumulated_recompile_limit, 1 << 16)}
     try:
         traced = torch.compile(model, backend=backend, dynamic=False, fullgraph=True)
-        with torch.inference_mode():
+        with torch.inference_mode(), torch._dynamo.config.patch(**limits):
             traced(*example_inputs)
     except torch._dynamo.exc.Unsupported as e:
         raise FrontendError(f"compile(): the model does not trace as one graph ({e}); "

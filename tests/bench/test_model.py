@@ -69,6 +69,17 @@ def test_peers_are_compared_and_failures_reported(tiny_zoo, monkeypatch, tmp_pat
     assert rows["tvm"]["error"] == "RuntimeError: tvm broke" and rows["tvm"]["median_ms"] is None
 
 
+def test_direct_adds_a_row_for_the_compiled_graph(tiny_zoo, tmp_path):
+    path = tmp_path / "r.json"
+    assert main(["bench", "model", "resnet50", "--compare", "none", "--repeats", "3", "--direct",
+                 "--json", str(path)]) == 0
+    record = json.loads(path.read_text())
+    assert record["args"]["direct"] and record["command"].endswith("--direct --budget 300")
+    taskloom_row, direct = record["rows"]
+    assert direct["system"] == "taskloom-direct" and direct["error"] is None
+    assert direct["max_abs_diff"] < 1e-4 and direct["median_ms"] > 0 and "taskloom.compile" in direct["note"]
+
+
 def test_plot_draws_a_png(tiny_zoo, tmp_path):
     pytest.importorskip("matplotlib")
     png = tmp_path / "plot.png"

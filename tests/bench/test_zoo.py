@@ -67,3 +67,11 @@ def test_transformers_models_take_token_ids(name):
     model, (ids,) = zoo.build(name, batch=1, seq=8)
     assert ids.shape == (1, 8) and ids.dtype == torch.int64
     assert sum(p.numel() for p in model.parameters()) > 80_000_000  # base/small sized, not a toy config
+
+
+def test_the_mlp_takes_vectors():
+    model, (x,) = zoo.build("mlp", batch=3)
+    assert x.shape == (3, 784) and zoo.input_text("mlp", None) == "784 features"
+    assert sum(p.numel() for p in model.parameters()) == 784 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10
+    with torch.inference_mode():
+        assert model(x).shape == (3, 10)

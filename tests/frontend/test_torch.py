@@ -438,3 +438,16 @@ def test_compile_takes_modules_defined_inside_taskloom():
     x = torch.randn(4, 8)
     out = taskloom.compile(Small(), (x,))(x.numpy())
     np.testing.assert_allclose(out[0] if isinstance(out, (list, tuple)) else out, (torch.relu(x) * 2).numpy())
+
+
+def test_many_models_of_one_class_compile_in_one_process():
+    """Each capture adds an entry to the cache of the class's forward until the model is
+    collected; a ninth live model must not hit dynamo's recompile limit."""
+    kept = []
+    for i in range(10):
+        model = torch.nn.Sequential(torch.nn.Linear(4, 3)).eval()
+        x = torch.randn(2, 4)
+        compiled = taskloom.compile(model, (x,))
+        kept.append((model, compiled))
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-6)

@@ -225,7 +225,8 @@ def format_record(record: dict[str, Any], repeats: int, threads: int) -> str:
     base = record["rows"][0]["median_ms"]
     for r in record["rows"]:
         speedup = r["median_ms"] / base if r["median_ms"] and base else None
-        cells = [cell(r["median_ms"], ".2f" if (r["median_ms"] or 0) >= 1 else ".4f", 10), cell(r["gflops"], ".1f", 8),
+        ms_spec = ".2f" if (r["median_ms"] or 0) >= 1 else ".4f"  # a small model's 0.03 ms keeps its digits
+        cells = [cell(r["median_ms"], ms_spec, 10), cell(r["gflops"], ".1f", 8),
                  cell(speedup, ".2f", 16) + ("x" if speedup is not None else " "), cell(r["compile_s"], ".1f", 9),
                  cell(r["max_abs_diff"], ".2e", 12)]
         few = f"[{r['runs']} runs] " if r.get("runs") and r["runs"] < repeats else ""

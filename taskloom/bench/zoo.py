@@ -4,8 +4,9 @@
     model(*inputs)
 
 The MLP is a small classifier of flattened 28 x 28 images (784 -> 512 -> 512 -> 10, ReLU
-between), where a call's fixed costs weigh as much as its arithmetic. The three CNNs are defined here layer for layer as torchvision defines them (same layers,
-same shapes, same parameter counts; the tests pin the counts), so they need torch alone:
+between), where a call's fixed costs weigh as much as its arithmetic. The three CNNs are
+defined here layer for layer as torchvision defines them (same layers, same shapes, same
+parameter counts; the tests pin the counts), so they need torch alone:
 torchvision's CPU builds pin another torch than the test environment's. BERT-base and GPT-2
 small come from ``transformers`` configs (``pip install 'taskloom[models]'``), GPT-2 without
 its key/value cache. Weights are drawn from a fixed seed, so every system in a benchmark

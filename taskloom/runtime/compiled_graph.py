@@ -176,19 +176,20 @@ class CompiledGraph:
         is a copy (those are made as numpy arrays and handed over)."""
         if self._torch_types is None:
             import torch
-            names = {"float64": torch.float64, "float32": torch.float32, "float16": torch.float16,
-                     "bfloat16": torch.bfloat16, "int64": torch.int64, "int32": torch.int32,
-                     "int16": torch.int16, "int8": torch.int8, "uint8": torch.uint8, "bool": torch.bool}
-            outs = [names.get(o["dtype"]) for o in self.outputs]
+
+            def torch_dtype(name: str) -> Any:  # torch names its dtypes as taskloom does
+                d = getattr(torch, name, None)
+                return d if isinstance(d, torch.dtype) else None
+            outs = [torch_dtype(o["dtype"]) for o in self.outputs]
             plain = all(d is not None for d in outs) and not any(o.get("copy_of") is not None for o in self.outputs)
-            self._torch_types = (torch, [names.get(i["dtype"]) for i in self.inputs], outs if plain else None)
+            self._torch_types = (torch, [torch_dtype(i["dtype"]) for i in self.inputs], outs if plain else None)
         return self._torch_types
 
     def _new_outputs(self, as_torch: bool) -> tuple[list[Any], list[int]]:
         """Fresh outputs (torch tensors for a torch call, whose allocator aligns to 64 bytes)
         and their data pointers."""
-        if as_torch and self._torch()[2] is not None:
-            torch, _, dtypes = self._torch()
+        torch, _, dtypes = self._torch() if as_torch else (None, None, None)
+        if dtypes is not None:
             outs = [torch.empty(shape, dtype=d) for (_, shape), d in zip(self._out_types, dtypes)]
             return outs, [o.data_ptr() for o in outs]
         outs, ptrs = [], []

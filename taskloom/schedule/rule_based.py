@@ -189,12 +189,18 @@ def _loop_kind(nodes: Sequence[GridCompute]) -> str:
     (their elements, times the terms of their largest reduction) and the count is known."""
     steps = 0
     for n in nodes:
-        elements = simplify_expr(E.as_expr(prod(n.shape)))
-        terms = [simplify_expr(E.as_expr(prod(r.shape))) for r in collect(n.value, ReduceCompute)]  # type: ignore[attr-defined]
-        if not all(isinstance(x, E.Constant) for x in (elements, *terms)):
+        elements = _count(n.shape)
+        terms = [_count(r.shape) for r in collect(n.value, ReduceCompute)]  # type: ignore[attr-defined]
+        if elements is None or None in terms:
             return "parallel"
-        steps += int(elements.value) * max([1, *(int(x.value) for x in terms)])  # type: ignore[attr-defined]
+        steps += elements * max([1, *terms])  # type: ignore[type-var]
     return "serial" if steps < SERIAL_STEPS else "parallel"
+
+
+def _count(shape: Sequence[E.Expr]) -> int | None:
+    """How many elements ``shape`` holds, or None when that is not known at compile time."""
+    n = simplify_expr(E.as_expr(prod(shape)))
+    return int(n.value) if isinstance(n, E.Constant) else None
 
 
 def _row_reductions(nodes: list[GridCompute], row_axes: list[E.Expr], ctx: _Ctx) -> list[S.Stmt]:
@@ -267,8 +273,8 @@ def _node_nest(n: GridCompute, ctx: _Ctx) -> S.Stmt:
 
 def _few_rows(outer: Sequence[E.Expr], ctx: _Ctx) -> bool:
     """Whether ``outer`` holds fewer rows than twice the cores (too few to share out)."""
-    rows = simplify_expr(E.as_expr(prod(outer)))
-    return isinstance(rows, E.Constant) and int(rows.value) < 2 * ctx.target.num_cores
+    rows = _count(outer)
+    return rows is not None and rows < 2 * ctx.target.num_cores
 
 
 def _node_body(n: GridCompute, ctx: _Ctx, bind: dict[E.Var, E.Expr]) -> S.Stmt:

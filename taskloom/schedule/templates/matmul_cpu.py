@@ -74,11 +74,15 @@ def core_grid(shape: tuple[int, int, int, int], config: MatmulConfig, target: Cp
     of cores left without a band (one row times a matrix on a 2 x 1 grid keeps one core), or
     one core for a product too small to share (SERIAL_FMAS)."""
     Bt, M, N, K = shape
-    c = config
     if Bt * M * N * K < SERIAL_FMAS:
         return 1, 1
-    band_m, band_n = round_up(cdiv(M, c.pm), c.mr), round_up(cdiv(N, c.pn), c.nv * target.vector_lanes(f32))
+    band_m, band_n = _bands(M, N, config.pm, config.pn, config, target)
     return cdiv(M, band_m), cdiv(N, band_n)
+
+
+def _bands(M: int, N: int, pm: int, pn: int, config: MatmulConfig, target: CpuTarget) -> tuple[int, int]:
+    """The rows and columns of each core's band on a ``pm x pn`` grid, whole register tiles."""
+    return round_up(cdiv(M, pm), config.mr), round_up(cdiv(N, pn), config.nv * target.vector_lanes(f32))
 
 
 def blocking(shape: tuple[int, int, int, int], config: MatmulConfig,
@@ -92,8 +96,7 @@ def blocking(shape: tuple[int, int, int, int], config: MatmulConfig,
     _, M, N, K = shape
     c, L = config, target.vector_lanes(f32)
     NR = c.nv * L
-    pm, pn = core_grid(shape, c, target)
-    band_m, band_n = round_up(cdiv(M, pm), c.mr), round_up(cdiv(N, pn), NR)
+    band_m, band_n = _bands(M, N, *core_grid(shape, c, target), c, target)
     return (band_m, band_n, min(round_up(c.mc, c.mr), band_m), min(round_up(c.nc, NR), band_n),
             min(round_up(c.kc, L), K))
 

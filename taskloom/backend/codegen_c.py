@@ -176,7 +176,7 @@ class _FunctionCodegen:
             return self.call(e), _ATOM
         raise CodegenError(f"{self.where}: the C backend cannot emit {type(e).__name__} `{e!r}`")
 
-    def index(self, e: E.TensorElement | E.VectorLoad | S.BufferStore | S.VectorStore) -> str:
+    def index(self, e: E.TensorElement | E.VectorLoad | S.BufferStore | S.VectorStore | S.Prefetch) -> str:
         if len(e.indices) != 1:
             raise CodegenError(f"{self.where}: access to {E._name(e.tensor)} is not flattened; "
                                "run taskloom.transforms.lower first")
@@ -459,6 +459,8 @@ class _FunctionCodegen:
             self.emit(d, self.vector_store(s))
         elif isinstance(s, S.Evaluate):
             self.emit(d, f"{self.expr(s.expr)};")
+        elif isinstance(s, S.Prefetch):  # for reading, into L2 (locality 2: prefetcht1 on x86)
+            self.emit(d, f"__builtin_prefetch({self._address(s.tensor, self.index(s))}, 0, 2);")
         elif isinstance(s, S.Barrier):
             self.emit(d, "#pragma omp barrier")
         elif isinstance(s, S.Comment):

@@ -111,13 +111,16 @@ def compile_graph(graph: Graph, target: CpuTarget | str | None = None, *, tune: 
     for key, offset in plan.offsets.items():
         refs[key] = Ref("arena", offset)
 
+    # weights larger than the cores' L2 caches together leave each kernel's weight evicted by
+    # the others' before its next call: kernels then prefetch their prepacked panels
+    weights_stream = sum(_nbytes(c) for c in graph.constants) > tgt.num_cores * tgt.l2_bytes
     phase = time.perf_counter()
     functions, calls, kernels = [], [], []
     for g, group in enumerate(groups):
         deadline = clock.deadline(tasks_left=len(groups) - g) if budget is not None else None
         known = {k: t.numpy() for k, t in enumerate(group.inputs) if id(t) in graph_constants}
         scheduled = schedule_kernel(group.task, tgt, name=f"k{g}_{group.name}", tune=tune, deadline=deadline,
-                                    constants=known)
+                                    constants=known, weights_stream=weights_stream)
         fn = scheduled.fn
         if len(fn.params) != len(scheduled.inputs) + len(group.outputs):
             raise TaskloomError(f"kernel {fn.name} has symbolic sizes; compiled graphs need static shapes")
@@ -128,7 +131,8 @@ def compile_graph(graph: Graph, target: CpuTarget | str | None = None, *, tune: 
         kernels.append({"name": fn.name, "ops": group.ops, "category": group.category,
                         "anchor": group.anchor.op if group.anchor is not None else group.ops[0],
                         "schedule": f"{fn.attr('template')}: {fn.attr('config')}"
-                        + (", B prepacked" if fn.attr("prepacked_b") else "") if fn.attr("template")
+                        + (", B prepacked" if fn.attr("prepacked_b") else "")
+                        + (" and prefetched" if fn.attr("prefetch_b") else "") if fn.attr("template")
                         else "rule-based"})
     timings["schedule"] = time.perf_counter() - phase
     lib = build_library(functions, tgt, name="graph", extra_source=launcher_source(calls), timings=timings)

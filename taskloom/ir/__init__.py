@@ -13,5 +13,5 @@ from taskloom.ir.mapping import (Composed, Custom, MappingIter, Repeat, Spatial,
 from taskloom.ir.node import Node
 from taskloom.ir.printer import astext
 from taskloom.ir.stmt import (Assign, Barrier, BufferStore, Comment, Declare, Evaluate, For,
-                              ForMapping, Function, If, Let, Module, SeqStmt, Stmt, VectorStore, seq,
-                              store, vstore)
+                              ForMapping, Function, If, Let, Module, Prefetch, SeqStmt, Stmt, VectorStore,
+                              prefetch, seq, store, vstore)

@@ -183,6 +183,8 @@ class _StmtPrinter:
             self.line(d, f"vstore({_paren(s.tensor, _ATOM)}[{idx}], {expr_text(s.value)}{count})")
         elif isinstance(s, S.Evaluate):
             self.line(d, expr_text(s.expr))
+        elif isinstance(s, S.Prefetch):
+            self.line(d, f"prefetch({_paren(s.tensor, _ATOM)}[{', '.join(expr_text(i) for i in s.indices)}])")
         elif isinstance(s, S.Barrier):
             self.line(d, "barrier()")
         elif isinstance(s, S.Comment):

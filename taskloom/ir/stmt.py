@@ -167,6 +167,19 @@ class Evaluate(Stmt):
 
 
 @dataclass(frozen=True, eq=False, repr=False)
+class Prefetch(Stmt):
+    """Asks for the cache line holding ``A[i, j]`` to be brought into the L2 ahead of its
+    use: a hint that never faults and changes no value (a kernel streaming a weight from
+    memory asks for the next panel while it computes on this one)."""
+
+    tensor: Expr
+    indices: tuple[Expr, ...]
+
+    def __post_init__(self) -> None:
+        _check_indices("prefetch", self.tensor, self.indices)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
 class Barrier(Stmt):
     """Waits until every worker of the enclosing parallel region reaches this point."""
 
@@ -262,6 +275,14 @@ def vstore(element: Expr, value: Expr, count: Any = None) -> VectorStore:
     if not isinstance(element, TensorElement):
         raise IRError(f"vstore() takes an element access like C[i, j], got {element!r}")
     return VectorStore(element.tensor, element.indices, value, None if count is None else as_expr(count))
+
+
+def prefetch(element: Expr) -> Prefetch:
+    """``prefetch(A[i, j])``: the :class:`Prefetch` of the line holding ``A[i, j]``."""
+    from taskloom.ir.expr import TensorElement
+    if not isinstance(element, TensorElement):
+        raise IRError(f"prefetch() takes an element access like B[i, j], got {element!r}")
+    return Prefetch(element.tensor, element.indices)
 
 
 def tensor_param(name: str, dtype: DataType, shape: Sequence[Any]) -> Var:

@@ -113,10 +113,13 @@ class Scheduled:
 
 
 def schedule_kernel(task: Task, target: CpuTarget, name: str | None = None, tune: int = 0,
-                    deadline: float | None = None, constants: Mapping[int, np.ndarray] | None = None) -> Scheduled:
+                    deadline: float | None = None, constants: Mapping[int, np.ndarray] | None = None,
+                    weights_stream: bool = False) -> Scheduled:
     """:func:`schedule`, told which task inputs are constants (``constants``, by position):
     a contraction whose B reads only those gets B packed now, and its kernel takes the
-    panels in place of the inputs only B read."""
+    panels in place of the inputs only B read. ``weights_stream`` says the graph's weights
+    outgrow the caches, so that a prepacked B comes from memory on every call and the
+    kernel prefetches its panels."""
     con = match_contraction(task)
     if con is not None and template_serves(con, target):
         from taskloom.schedule.prepack import constant_b
@@ -124,7 +127,8 @@ def schedule_kernel(task: Task, target: CpuTarget, name: str | None = None, tune
         t = tunable(con, target)
         config = choose_config(t, target, tune, deadline, prepacked_b=b is not None)
         program = matmul_program(con.shape, config, target, name=name or task.name,
-                                 prepacked_b=0 if b is None else b.shape[0], b_vectorizes=t.b_vectorizes)
+                                 prepacked_b=0 if b is None else b.shape[0], b_vectorizes=t.b_vectorizes,
+                                 prefetch_b=weights_stream)
         fn = fuse_contraction(program, con)
         if b is None:
             return Scheduled(fn, tuple(range(len(task.inputs))))

@@ -41,7 +41,7 @@ class _Builtin:
 _LOOPS = {"range": "serial", "unroll": "unroll", "parallel": "parallel", "vectorize": "vectorize"}
 _BUFFERS = {"global_tensor": "global", "shared_tensor": "shared", "local_tensor": "local",
             "register_tensor": "register"}
-_SPECIAL = ("vload", "vstore", "broadcast", "cast", "select", "min", "max", "barrier")
+_SPECIAL = ("vload", "vstore", "prefetch", "broadcast", "cast", "select", "min", "max", "barrier")
 
 BUILTINS: dict[str, Any] = {
     **{n: _Builtin(n) for n in (*_LOOPS, *_BUFFERS, *_SPECIAL)},
@@ -466,6 +466,8 @@ class _Parser:
             return E.vload(*args, **kwargs)
         if name == "vstore":
             return S.vstore(*args, **kwargs)
+        if name == "prefetch":
+            return S.prefetch(*args, **kwargs)
         if name == "broadcast":
             return E.broadcast(*args)
         if name == "cast":

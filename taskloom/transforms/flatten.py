@@ -47,6 +47,9 @@ class _Flattener(Rewriter):
         tensor, idx = self._flat(s.tensor, s.indices)
         return S.VectorStore(tensor, idx, self.visit(s.value), self.visit(s.count) if s.count is not None else None)
 
+    def visit_Prefetch(self, s: S.Prefetch) -> S.Stmt:
+        return S.Prefetch(*self._flat(s.tensor, s.indices))
+
 
 def flatten_buffers(fn: S.Function) -> S.Function:
     """Every tensor parameter and buffer of ``fn`` becomes one-dimensional."""

@@ -264,6 +264,20 @@ def test_readable_source_keeps_names_docstring_and_comments():
     assert "_mm256_maskload_ps" in src and "_mm512" not in src.split("void axpy")[1]
 
 
+def test_prefetch_is_a_hint_into_l2_and_changes_nothing():
+    @kernel
+    def copy_ahead(N: i32, A: f32[N], B: f32[N]):
+        for i in range(N):
+            prefetch(A[i + 16])  # past the end at the last lines: a hint never faults
+            B[i] = A[i]
+    mod = taskloom.build(copy_ahead, HOST)
+    assert "__builtin_prefetch(&A[i + 16], 0, 2);" in open(mod.source_path).read()
+    a = np.arange(40, dtype=np.float32)
+    b = np.zeros_like(a)
+    mod["copy_ahead"](40, a, b)
+    np.testing.assert_array_equal(a, b)
+
+
 def test_vector_wider_than_the_target_is_a_clear_error():
     avx2 = get_target("cpu -isa=avx2")
     wide = make_vector_axpy(get_target("cpu -isa=avx512")) if HOST.has("avx512f") else None

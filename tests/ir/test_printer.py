@@ -101,6 +101,7 @@ def buffers(N: i32, A: f32[N]):
 def vectors(N: i32, A: f32[N], B: f32[N], s: f32[1]):
     for c in range(cdiv(N, LANES)):
         v = vload(A[c * LANES], LANES, N - c * LANES)
+        prefetch(A[c * LANES + LANES])
         u = fma(v, broadcast(2.0, LANES), v)
         vstore(B[c * LANES], u, N - c * LANES)
         vstore(B[c * LANES], v * 3.0 + u)

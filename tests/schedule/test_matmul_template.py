@@ -8,8 +8,12 @@ from hypothesis import given, settings, strategies as st
 import taskloom
 from taskloom.errors import ScheduleError
 from taskloom.schedule.templates import matmul_cpu
-from taskloom.schedule.templates.matmul_cpu import (MatmulConfig, core_grid, default_config, matmul_program,
-                                                    matmul_space, pack_b_panels, reads_b_in_place)
+from taskloom.ir import cdiv, f32
+from taskloom.ir import expr as E
+from taskloom.ir import stmt as S
+from taskloom.ir.functor import Rewriter
+from taskloom.schedule.templates.matmul_cpu import (LINE_FLOATS, MatmulConfig, blocking, core_grid, default_config,
+                                                    matmul_program, matmul_space, pack_b_panels, reads_b_in_place)
 from taskloom.target import get_target, host_target
 
 HOST = host_target()
@@ -23,7 +27,7 @@ def every_product_shares_its_cores(monkeypatch):
     monkeypatch.setattr(matmul_cpu, "SERIAL_FMAS", 0)
 
 
-def run(shape, config, target, prepacked_b=0):
+def run(shape, config, target, prepacked_b=0, prefetch_b=False):
     """The template's product against numpy; with ``prepacked_b`` (1: one B for every batch,
     or the batch), B is handed over as prepacked panels."""
     Bt, M, N, K = shape
@@ -31,7 +35,7 @@ def run(shape, config, target, prepacked_b=0):
     A = rng.standard_normal((Bt, M, K), dtype=np.float32)
     B = rng.standard_normal((prepacked_b or Bt, K, N), dtype=np.float32)
     C = np.full((Bt, M, N), np.nan, dtype=np.float32)
-    program = matmul_program(shape, config, target, prepacked_b=prepacked_b)
+    program = matmul_program(shape, config, target, prepacked_b=prepacked_b, prefetch_b=prefetch_b)
     b_arg = pack_b_panels(B, config, target) if prepacked_b else B
     taskloom.build(program, target)["matmul"](A, b_arg, C)
     ref = np.matmul(A.astype(np.float64), B.astype(np.float64))
@@ -112,6 +116,82 @@ def test_prepacked_b_on_sampled_configs(target):
     small = MatmulConfig(3, 2, 16, 6, 2 * lanes, target.num_cores, 1)
     run((2, 23, 5 * lanes + 3, 50), small, target, prepacked_b=2)
     run((3, 9, 2 * lanes - 1, 33), small, target, prepacked_b=1)
+
+
+MARGIN = 4096  # elements of the trace on either side of B's panels
+
+
+def prefetched(shape, config, target, prepacked_b):
+    """The offsets into B's panels (flat) that the kernel asks the cache for, found by running
+    it with each prefetch turned into a store of 1 into a trace laid out like the panels,
+    with MARGIN elements on either side; the second result counts the stores that missed B."""
+    program = matmul_program(shape, config, target, prepacked_b=prepacked_b, prefetch_b=True)
+    B = program.params[1]
+    dims = [int(d.value) for d in B.type.shape]
+    trace = E.Var("trace", f32[2 * MARGIN + int(np.prod(dims))])
+
+    class Trace(Rewriter):
+        def visit_Prefetch(self, s):
+            assert s.tensor is B
+            flat = s.indices[0]
+            for d, i in zip(dims[1:], s.indices[1:]):
+                flat = flat * d + i
+            return S.BufferStore(trace, (flat + MARGIN,), E.const(1.0, f32))
+
+    traced = S.Function("traced", (*program.params, trace), Trace().visit(program.body), program.kind)
+    Bt, M, N, K = shape
+    hits = np.zeros(trace.type.shape[0].value, np.float32)
+    taskloom.build(traced, target)["traced"](np.ones((Bt, M, K), np.float32), np.zeros(dims, np.float32),
+                                             np.zeros((Bt, M, N), np.float32), hits)
+    inside = hits[MARGIN:-MARGIN]
+    return set(np.flatnonzero(inside)), int(hits[:MARGIN].sum() + hits[-MARGIN:].sum())
+
+
+def chunks_after_the_first(shape, config, target, prepacked_b):
+    """Each line of B's panels a core reads after its first chunk (KC rows of one panel),
+    as its offset into the panels: what the kernel should have asked for ahead of time."""
+    Bt, M, N, K = shape
+    NR = config.nv * target.vector_lanes(f32)
+    PM, PN = core_grid(shape, config, target)
+    _, BAND_N, _, NC, KC = blocking(shape, config, target)
+    lines = set()
+    for tn in range(PN):
+        n_lo, n_hi = tn * BAND_N, min(N, (tn + 1) * BAND_N)
+        for b in range(Bt):
+            order = [(n0 // NR + jr, k0) for n0 in range(n_lo, n_hi, NC) for k0 in range(0, K, KC)
+                     for jr in range(cdiv(min(NC, n_hi - n0), NR))]
+            for panel, k0 in order[1:]:
+                start = ((min(b, prepacked_b - 1) * cdiv(N, NR) + panel) * K + k0) * NR
+                lines |= set(range(start, start + min(KC, K - k0) * NR, LINE_FLOATS))
+    return lines
+
+
+@pytest.mark.parametrize("target", [HOST, AVX2], ids=["host", "avx2"])
+def test_prefetch_asks_for_each_next_panel_and_nothing_else(target):
+    """With a streamed weight, the slivers working on one panel of B ask for the next one's
+    lines (the next panel, the first of the next K block, the first of the next N block):
+    every line each core reads after its first chunk, and nothing outside the panels. Full
+    MC blocks, so that each panel has all its slivers; ragged N and K; grids both ways; a
+    batch with one B each. The numbers stay right."""
+    lanes = target.vector_lanes(f32)
+    P = target.num_cores
+    for config, shape, pb in ((MatmulConfig(3, 2, 16, 6, 2 * lanes, P, 1), (1, 12 * P, 5 * lanes + 3, 50), 1),
+                              (MatmulConfig(2, 3, 16, 4, 3 * lanes, 1, P), (1, 8, 7 * lanes + 5, 37), 1),
+                              (MatmulConfig(4, 1, 8, 8, 2 * lanes, P, 1), (2, 8 * P, 3 * lanes - 2, 29), 2)):
+        assert matmul_program(shape, config, target, prepacked_b=pb, prefetch_b=True).attr("prefetch_b")
+        asked, stray = prefetched(shape, config, target, pb)
+        assert stray == 0
+        assert asked == chunks_after_the_first(shape, config, target, pb), config
+        run(shape, config, target, prepacked_b=pb, prefetch_b=True)
+
+
+def test_prefetch_only_for_panels_read_more_than_once():
+    """A band one tile high reads each panel once, in order (the hardware prefetcher's
+    case), and B packed by the kernel is already in L2: neither gets prefetches."""
+    config = MatmulConfig(4, 2, 16, 8, 32, 1, 1)
+    assert not matmul_program((1, 4, 64, 64), config, HOST, prepacked_b=1, prefetch_b=True).attr("prefetch_b")
+    assert not matmul_program((1, 9, 64, 64), config, HOST, prefetch_b=True).attr("prefetch_b")
+    assert matmul_program((1, 9, 64, 64), config, HOST, prepacked_b=1, prefetch_b=True).attr("prefetch_b")
 
 
 def test_prepacked_panels_layout_and_bad_batches():

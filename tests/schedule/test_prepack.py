@@ -96,3 +96,23 @@ def test_compiled_graph_with_prepacked_weights_matches_and_round_trips(batch, tm
     np.testing.assert_allclose(compiled(data), want, rtol=1e-4, atol=1e-3)
     compiled.save(tmp_path / "m.taskloom")
     np.testing.assert_array_equal(taskloom.load(str(tmp_path / "m.taskloom"))(data), compiled(data))
+
+
+def test_weights_larger_than_the_caches_are_prefetched():
+    """A graph whose weights outgrow the cores' L2 caches together streams them from memory
+    on every call: its prepacked kernels prefetch the next panel, with the same numbers; the
+    same graph whose weights fit gets no prefetches."""
+    import dataclasses
+    x = input((1, 64, 96), name="x")
+    w1, w2 = rng.standard_normal((96, 96)).astype(np.float32), rng.standard_normal((96, 96)).astype(np.float32)
+    y = ops.linear(ops.relu(ops.linear(x, w1)), w2)
+    data = rng.standard_normal((1, 64, 96)).astype(np.float32)
+    want = np.maximum(data @ w1.T, 0) @ w2.T
+    weights = w1.nbytes + w2.nbytes
+    small_l2 = dataclasses.replace(HOST, l2_bytes=weights // (2 * HOST.num_cores))
+    for target, streams in ((small_l2, True), (dataclasses.replace(HOST, l2_bytes=weights), False)):
+        compiled = taskloom.compile(Graph([x], [y]), target=target)
+        schedules = [k["schedule"] for k in compiled.meta["kernels"]]
+        assert all(("B prepacked and prefetched" in s) == streams for s in schedules), schedules
+        assert ("__builtin_prefetch" in open(compiled.meta["source"]).read()) == streams
+        np.testing.assert_allclose(compiled(data), want, rtol=1e-4, atol=1e-3)

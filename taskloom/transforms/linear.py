@@ -101,6 +101,10 @@ def linear_form(e: Expr) -> Linear:
             sa, sb = a.single(), b.single()
             if sa is not None and sb is not None:  # (i*4) * j -> (i*j) * 4
                 out.add_term(_product(sa[0], sb[0]), sa[1] * sb[1])
+            elif sa is not None:  # (i*2) * (j - 1) -> (i*(j - 1)) * 2: the coefficient stays outside,
+                out.add_term(_product(sa[0], b.to_expr()), sa[1])  # or the form would not be a fixed point
+            elif sb is not None:
+                out.add_term(_product(a.to_expr(), sb[0]), sb[1])
             else:
                 out.add_term(_product(a.to_expr(), b.to_expr()), 1)
     else:

@@ -167,6 +167,8 @@ def test_float_identities_that_do_not_hold_are_not_applied(e):
     (i - 4 - j, "i - j - 4"),
     (0 - i - j, "-i - j"),
     ((i * 4) * j + j * 0 + i * j, "i * j * 5"),
+    (2 * i * (i - 1), "i * (i - 1) * 2"),  # a coefficient times a sum: once rewrote itself forever
+    ((j + 1) * (i * 3), "i * (j + 1) * 3"),
     (-(i - j), "j - i"),
     (minimum(3, i), "min(i, 3)"),
     (3.0 + x, "x + 3.0"),
@@ -176,7 +178,7 @@ def test_sums_in_normal_form(e, want):
 
 
 def test_normal_form_is_a_fixpoint():
-    for e in [(i * 4 + j) + i * 8, 4 - i, (i * 4) * j + 2, -(i * 3) - j * 2 - 5]:
+    for e in [(i * 4 + j) + i * 8, 4 - i, (i * 4) * j + 2, -(i * 3) - j * 2 - 5, 2 * i * (j - 1)]:
         once = simplify_expr(e)
         assert simplify_expr(once) is once or simplify_expr(once) == once
         assert RULES.rewrite(once, _ctx()) is None

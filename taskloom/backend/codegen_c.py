@@ -462,7 +462,9 @@ class _FunctionCodegen:
         elif isinstance(s, S.Prefetch):  # for reading, into L2 (locality 2: prefetcht1 on x86)
             self.emit(d, f"__builtin_prefetch({self._address(s.tensor, self.index(s))}, 0, 2);")
         elif isinstance(s, S.Barrier):
-            self.emit(d, "#pragma omp barrier")
+            raise CodegenError(f"{self.where}: barrier() is for CUDA kernels; a CPU kernel's parallel loop is an "
+                               "OpenMP worksharing loop, whose iterations cannot wait for each other (split "
+                               "the loop in two where the barrier is)")
         elif isinstance(s, S.Comment):
             for line in s.text.splitlines() or [""]:
                 self.emit(d, f"// {line}")

@@ -287,6 +287,17 @@ def test_vector_wider_than_the_target_is_a_clear_error():
         taskloom.build(wide, avx2)
 
 
+def test_a_barrier_in_a_cpu_kernel_is_rejected():
+    @kernel
+    def two_phases(A: f32[8]):
+        for w in parallel(2):
+            A[w] = 1.0
+            barrier()
+            A[w + 2] = A[1 - w]
+    with pytest.raises(CodegenError, match=r"two_phases.*barrier\(\) is for CUDA kernels"):
+        taskloom.build(two_phases, HOST)
+
+
 def test_cuda_kernel_and_unlowered_ir_are_rejected():
     A = Var("A", f32[4, 4])
     i = var("i")

@@ -185,11 +185,16 @@ def test_a_few_rows_read_b_in_place_with_its_prologue():
 
 
 def test_a_vector_times_a_matrix_takes_the_template_unless_b_is_transposed():
-    """One row times a matrix read in order: the template's one-row tiles read B's rows; times
-    a transposed matrix it is a reduction along rows, left to the rule-based scheduler."""
+    """One row times a matrix read in order, or computed by vectors from one: the template's
+    one-row tiles read B's rows; times a transposed matrix it is a reduction along rows, left
+    to the rule-based scheduler."""
     x, y, t = input((1, 64), name="x"), input((64, 48), name="w"), input((48, 64), name="wt")
     (g,) = groups(Graph([x, y], [ops.matmul(x, y)]))
     assert schedule(g.task, host_target()).attr("template") == "matmul_cpu"
+    (g,) = groups(Graph([x, y], [ops.matmul(x, ops.relu(y))]))
+    assert schedule(g.task, host_target()).attr("template") == "matmul_cpu"
+    a, b = arr(1, 64), arr(64, 48)
+    check(Graph([x, y], [ops.matmul(x, ops.relu(y))]), [a, b], a @ np.maximum(b, 0))
     (g,) = groups(Graph([x, t], [ops.matmul(x, ops.transpose(t, 0, 1))]))
     assert schedule(g.task, host_target()).attr("template") is None
 

@@ -56,6 +56,13 @@ def _flat_var(name: str, t: TensorType) -> E.Var:
     return E.Var(name, TensorType(t.dtype, (E.as_expr(_flat_size(name, t)),)))
 
 
+def inputs_beside_panels(con: Contraction) -> list[int]:
+    """The positions of the task inputs a kernel taking B's prepacked panels still reads: those
+    of A's prologue and of the epilogue (an input only B read is in the panels)."""
+    read = set(collect(con.a, TensorInput)) | set(collect(con.epilogue, TensorInput))
+    return [k for k, t in enumerate(con.task.inputs) if t in read]
+
+
 def fused_arg_specs(con: Contraction) -> list[tuple[tuple[int], str]]:
     """The (shape, dtype) of each parameter of ``con``'s fused kernel, in order: every
     tensor flat (what :func:`fuse_contraction` declares, for timing it with made-up data)."""
@@ -221,8 +228,7 @@ def fuse_contraction(program: S.Function, con: Contraction, name: str | None = N
     body = fuse.visit(program.body)
     if not packed:
         return S.Function(name or program.name, (*params.values(), out), body, program.kind, attrs)
-    read = set(collect(con.a, TensorInput)) | set(collect(con.epilogue, TensorInput))
-    kept = [k for k, t in enumerate(con.task.inputs) if t in read]
+    kept = inputs_beside_panels(con)
     inputs = [params[con.task.inputs[k]] for k in kept]
     return S.Function(name or program.name, (*inputs, B, out), body, program.kind, (*attrs, ("inputs", tuple(kept))))
 

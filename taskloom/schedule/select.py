@@ -21,7 +21,7 @@ from taskloom.ir.printer import expr_text
 from taskloom.ir.compute import Task
 from taskloom.ir.dtypes import float32
 from taskloom.schedule.contraction import Contraction, match_contraction
-from taskloom.schedule.post_fusion import fuse_contraction, fused_arg_specs
+from taskloom.schedule.post_fusion import fuse_contraction, fused_arg_specs, inputs_beside_panels
 from taskloom.schedule.rule_based import schedule_task
 from taskloom.schedule.templates.matmul_cpu import MatmulConfig, matmul_program, pack_b_panels
 from taskloom.target.cpu import CpuTarget
@@ -58,41 +58,67 @@ def workload_key(con: Contraction, kinds: tuple[str, str]) -> str:
 @dataclass(frozen=True)
 class Tunable:
     """What tuning a fused contraction needs: its record key, its operands' pack costs, the
-    fused kernel of a config and the kernel's arguments."""
+    fused kernel of a config and the kernel's arguments (or config -> its arguments, when B
+    comes as panels shaped by the config)."""
 
     con: Contraction
     workload: str
     pack: tuple[float, float]
     kernel: Callable[[MatmulConfig], S.Function]
-    args: list[tuple[tuple[int, ...], str]]
+    args: list[tuple[tuple[int, ...], str]] | Callable[[MatmulConfig], list[tuple[tuple[int, ...], str]]]
     b_vectorizes: bool  # B copies by vectors, so a band one tile high reads it in place
 
 
-def tunable(con: Contraction, target: CpuTarget) -> Tunable:
-    """The :class:`Tunable` of ``con`` on ``target``."""
+def tunable(con: Contraction, target: CpuTarget, prepacked_b: int = 0, prefetch_b: bool = False) -> Tunable:
+    """The :class:`Tunable` of ``con`` on ``target``: the kernel as a compiled graph runs it,
+    taking B's panels packed at compile time when B is a weight (``prepacked_b``: how many
+    batches of B, see :func:`~taskloom.schedule.templates.matmul_cpu.matmul_program`), and
+    prefetching them when the graph's weights stream (``prefetch_b``). Such a kernel packs no
+    B, which changes its best config: its records have a key of their own (``/prepacked``)."""
     from taskloom.tune.model import b_vectorizes, kinds_cost, pack_kinds
     kinds = pack_kinds(con, target)
-    pack = kinds_cost(kinds, target.vector_lanes(float32))
-    in_place = b_vectorizes(pack, target.vector_lanes(float32))
+    lanes = target.vector_lanes(float32)
+    pack = kinds_cost(kinds, lanes)
+    in_place = b_vectorizes(pack, lanes)
     fused = lambda c: fuse_contraction(matmul_program(con.shape, c, target, name="fused",  # noqa: E731
-                                                      b_vectorizes=in_place), con)
-    return Tunable(con, workload_key(con, kinds), pack, fused, fused_arg_specs(con), in_place)
+                                                      b_vectorizes=in_place, prepacked_b=prepacked_b,
+                                                      prefetch_b=prefetch_b), con)
+    specs = fused_arg_specs(con)
+    if not prepacked_b:
+        return Tunable(con, workload_key(con, kinds), pack, fused, specs, in_place)
+    _, _, N, K = con.shape
+    beside = [specs[k] for k in inputs_beside_panels(con)]
+
+    def args(c: MatmulConfig) -> list[tuple[tuple[int, ...], str]]:
+        nr = c.nv * lanes
+        return [*beside, ((prepacked_b, -(-N // nr), K, nr), "float32"), specs[-1]]
+    return Tunable(con, workload_key(con, kinds) + "/prepacked", (pack[0], 0.0), fused, args, in_place)
 
 
-def choose_config(t: Tunable, target: CpuTarget, tune: int = 0, deadline: float | None = None,
-                  prepacked_b: bool = False) -> MatmulConfig:
+def task_tunable(task: Task, target: CpuTarget, constants: Mapping[int, np.ndarray] | None = None,
+                 weights_stream: bool = False) -> tuple[Tunable, np.ndarray | None] | None:
+    """The :class:`Tunable` of ``task`` as a compiled graph schedules it, and B evaluated
+    from the ``constants`` among its inputs (to be packed now; None when B reads an input),
+    or None when the matmul template does not serve the task."""
+    con = match_contraction(task)
+    if con is None or not template_serves(con, target):
+        return None
+    from taskloom.schedule.prepack import constant_b
+    b = constant_b(con, constants) if constants else None
+    return tunable(con, target, prepacked_b=0 if b is None else b.shape[0], prefetch_b=weights_stream), b
+
+
+def choose_config(t: Tunable, target: CpuTarget, tune: int = 0, deadline: float | None = None) -> MatmulConfig:
     """The config for the fused contraction ``t`` (its :func:`tunable`): a tuning record if
     one exists, a measured search of the fused kernel with ``tune`` > 0 (stopping at
     ``deadline``, a ``time.monotonic()``), else the analytic model's top choice (nothing
-    measured; B costs no packing when it is ``prepacked_b``). Tuning times the kernel that
-    packs B itself, prepacked or not."""
+    measured)."""
     con = t.con
     if tune == 0:
         from taskloom.tune.model import best_config
         from taskloom.tune.tuner import recorded_config
         best = recorded_config(con.shape, target, workload=t.workload)
-        pack = (t.pack[0], 0.0) if prepacked_b else t.pack
-        return best if best is not None else best_config(con.shape, target, pack)
+        return best if best is not None else best_config(con.shape, target, t.pack)
     from taskloom.tune.tuner import tune_matmul
     return tune_matmul(con.shape, target, level=tune, kernel=t.kernel, args=t.args, workload=t.workload,
                        pack=t.pack, deadline=deadline)
@@ -123,12 +149,11 @@ def schedule_kernel(task: Task, target: CpuTarget, name: str | None = None, tune
     panels in place of the inputs only B read. ``weights_stream`` says the graph's weights
     outgrow the caches, so that a prepacked B comes from memory on every call and the
     kernel prefetches its panels."""
-    con = match_contraction(task)
-    if con is not None and template_serves(con, target):
-        from taskloom.schedule.prepack import constant_b
-        b = constant_b(con, constants) if constants else None
-        t = tunable(con, target)
-        config = choose_config(t, target, tune, deadline, prepacked_b=b is not None)
+    found = task_tunable(task, target, constants, weights_stream)
+    if found is not None:
+        t, b = found
+        con = t.con
+        config = choose_config(t, target, tune, deadline)
         program = matmul_program(con.shape, config, target, name=name or task.name,
                                  prepacked_b=0 if b is None else b.shape[0], b_vectorizes=t.b_vectorizes,
                                  prefetch_b=weights_stream)

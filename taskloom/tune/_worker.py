@@ -107,11 +107,16 @@ def _emit(message: dict[str, Any]) -> None:
 
 def main() -> int:
     job = json.load(sys.stdin)
-    arguments = _Arguments(job["args"])
+    shared = _Arguments(job["args"])
+    own: dict[str, _Arguments] = {}  # candidates whose parameters differ (panels shaped by their config)
     repeats, min_seconds = int(job["repeats"]), float(job["min_seconds"])
     _emit({"ready": True})
     for candidate in job["candidates"]:
         index = candidate["index"]
+        arguments = shared
+        if candidate.get("args") is not None:
+            key = json.dumps(candidate["args"])
+            arguments = own.get(key) or own.setdefault(key, _Arguments(candidate["args"]))
         try:
             function = ctypes.CDLL(candidate["library"])[candidate["symbol"]]
         except (OSError, AttributeError) as exc:

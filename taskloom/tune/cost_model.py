@@ -243,7 +243,8 @@ def program_features(fn: S.Function) -> dict[str, float]:
 
 def parse_workload(workload: str, target: CpuTarget) -> tuple[tuple[int, int, int, int], tuple[float, float]] | None:
     """``(shape, pack costs on target)`` of a matmul-template workload key, None for other
-    keys: ``matmul_cpu/1x64x3136x576/packlane12+lane79/<digest>`` or ``matmul_cpu/1x512x512x512``."""
+    keys: ``matmul_cpu/1x64x3136x576/packlane12+lane79/<digest>[/prepacked]`` or
+    ``matmul_cpu/1x512x512x512``."""
     from taskloom.ir.dtypes import float32
     from taskloom.tune.model import DEFAULT_PACK, kinds_cost
     parts = workload.split("/")
@@ -255,6 +256,8 @@ def parse_workload(workload: str, target: CpuTarget) -> tuple[tuple[int, int, in
         if len(parts) > 2 and parts[2].startswith("pack"):
             a, b = parts[2][4:].split("+")
             pack = kinds_cost((a, b), target.vector_lanes(float32))
+        if parts[-1] == "prepacked":  # B's panels come packed
+            pack = (pack[0], 0.0)
     except ValueError:
         return None
     return (shape, pack) if len(shape) == 4 else None  # type: ignore[return-value]

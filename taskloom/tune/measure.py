@@ -55,11 +55,13 @@ class Measurement:
 def measure(functions: Sequence[Function], args: Sequence[tuple[tuple[int, ...], str]], target: CpuTarget,
             *, timeout_s: float = 10.0, repeats: int = 10, min_seconds: float = MIN_SECONDS,
             progress: bool | str = True,
-            on_result: Callable[[int, Measurement], None] | None = None) -> list[Measurement]:
+            on_result: Callable[[int, Measurement], None] | None = None,
+            args_each: Sequence[Sequence[tuple[tuple[int, ...], str]]] | None = None) -> list[Measurement]:
     """Build and time each of ``functions`` (candidate kernels with one parameter list).
 
     ``args`` describes every parameter, in order, as (shape, dtype name); all must be
-    tensors. Inputs are random floats (integers and bools zero), outputs zeroed. Each
+    tensors. ``args_each`` instead gives each function its own (weight panels whose shape
+    follows the candidate's config). Inputs are random floats (integers and bools zero), outputs zeroed. Each
     candidate runs twice to warm up, then at least ``repeats`` timed calls, and more until
     they add up to ``min_seconds``, give its median. A
     candidate that fails to build, crashes the worker, or runs longer than ``timeout_s``
@@ -69,6 +71,11 @@ def measure(functions: Sequence[Function], args: Sequence[tuple[tuple[int, ...],
     caller can record it before the others finish).
     """
     specs = _arg_specs(args)
+    functions = list(functions)
+    if args_each is not None and len(args_each) != len(functions):
+        raise TaskloomError(f"args_each describes {len(args_each)} functions' parameters, but {len(functions)} "
+                            "functions are given")
+    each = [_arg_specs(a) for a in args_each] if args_each is not None else None
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) \
             or not math.isfinite(timeout_s) or timeout_s <= 0:
         raise TaskloomError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
@@ -82,13 +89,13 @@ def measure(functions: Sequence[Function], args: Sequence[tuple[tuple[int, ...],
     if not target.runs_on_host():
         raise TargetError(f"cannot measure kernels built for {target.key()} on this machine "
                           f"({CpuTarget.host().key()}); measure for a target the host can run")
-    functions = list(functions)
     results = _Results(len(functions), on_result)
     bar = Progress(2 * len(functions), progress if isinstance(progress, str) else "tuning", bool(progress))
     try:
         pending: list[_Candidate] = []
         for index, built in enumerate(_build_all(functions, target, bar)):
-            error = built if isinstance(built, str) else _signature_error(built.signatures[0], specs)
+            mine = each[index] if each is not None else specs
+            error = built if isinstance(built, str) else _signature_error(built.signatures[0], mine)
             if error is not None:
                 results[index] = Measurement(None, error)
                 bar.update()  # nothing to measure
@@ -96,7 +103,8 @@ def measure(functions: Sequence[Function], args: Sequence[tuple[tuple[int, ...],
                 assert isinstance(built, BuiltLibrary)
                 sig = built.signatures[0]
                 pending.append(_Candidate(index, str(built.lib_path), sig["symbol"],
-                                          [bool(p["written"]) for p in sig["params"]]))
+                                          [bool(p["written"]) for p in sig["params"]],
+                                          mine if each is not None else None))
         _measure_all(pending, specs, repeats, min_seconds, timeout_s, results, bar)
     finally:
         bar.close()
@@ -105,15 +113,18 @@ def measure(functions: Sequence[Function], args: Sequence[tuple[tuple[int, ...],
 
 def side_by_side(functions: Sequence[Function], args: Sequence[tuple[tuple[int, ...], str]], target: CpuTarget,
                  rounds: int, *, measurer: Callable[..., list[Measurement]] | None = None,
+                 args_each: Sequence[Sequence[tuple[tuple[int, ...], str]]] | None = None,
                  **options: Any) -> list[list[float]]:
     """The seconds of each of ``functions`` in ``rounds`` runs that time them all, side by
     side; each round starts with the next function, so none is always timed first (the
     first kernel of a run meets colder caches and clocks). Failed runs give no time.
-    ``measurer`` stands in for :func:`measure`; ``options`` go to it."""
+    ``measurer`` stands in for :func:`measure`; ``args_each`` and ``options`` go to it."""
     times: list[list[float]] = [[] for _ in functions]
     n = len(functions)
     for r in range(rounds):
         order = [(r + i) % n for i in range(n)]
+        if args_each is not None:
+            options["args_each"] = [args_each[i] for i in order]
         for i, m in zip(order, (measurer or measure)([functions[i] for i in order], args, target, progress=False,
                                                       **options)):
             if m.ok:
@@ -198,6 +209,7 @@ class _Candidate:
     library: str
     symbol: str
     written: list[bool]
+    args: list[dict[str, Any]] | None = None  # its own parameters, else the job's
 
 
 def _measure_all(pending: list[_Candidate], specs: list[dict[str, Any]], repeats: int, min_seconds: float,

@@ -88,8 +88,7 @@ def model_workloads(name: str, batch: int, seq: int, target: CpuTarget) -> list[
     from taskloom.frontend.torch import Backend
     from taskloom.graph.fusion import fuse_graph
     from taskloom.graph.passes import optimize
-    from taskloom.schedule.contraction import match_contraction
-    from taskloom.schedule.select import template_serves, tunable
+    from taskloom.schedule.select import task_tunable
     model, inputs = zoo.build(name, batch, seq, 0)
     backend = Backend(target=target)
     with torch.inference_mode():
@@ -98,12 +97,13 @@ def model_workloads(name: str, batch: int, seq: int, target: CpuTarget) -> list[
     for fn in backend.compiled:
         if fn.graph is None:
             continue
-        for group in fuse_graph(optimize(fn.graph)):
-            con = match_contraction(group.task) if group.anchor is not None else None
-            if con is not None and template_serves(con, target):
-                key = tunable(con, target).workload
-                if key not in out:
-                    out.append(key)
+        graph = optimize(fn.graph)
+        constants = {id(c) for c in graph.constants}
+        for group in fuse_graph(graph):
+            known = {k: t.numpy() for k, t in enumerate(group.inputs) if id(t) in constants}
+            found = task_tunable(group.task, target, known) if group.anchor is not None else None
+            if found is not None and found[0].workload not in out:
+                out.append(found[0].workload)
     return out
 
 

@@ -27,7 +27,7 @@ import json
 import math
 import re
 import time
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from taskloom.errors import ArgumentError, TaskloomError
 from taskloom.ir.stmt import Function
@@ -117,7 +117,7 @@ def _repeats(predicted_s: float) -> int:
 def tune_matmul(shape: tuple[int, int, int, int], target: CpuTarget, level: int = 1,
                 records: Records | None = None, progress: bool = True, timeout_s: float = 10.0,
                 kernel: Callable[[MatmulConfig], Function] | None = None,
-                args: Sequence[tuple[tuple[int, ...], str]] | None = None,
+                args: Sequence[tuple[tuple[int, ...], str]] | Callable[[MatmulConfig], Sequence] | None = None,
                 workload: str | None = None, pack: tuple[float, float] = analytic.DEFAULT_PACK,
                 deadline: float | None = None,
                 measurer: Callable[..., list[Measurement]] | None = None, finalists: int = 3) -> MatmulConfig:
@@ -125,8 +125,9 @@ def tune_matmul(shape: tuple[int, int, int, int], target: CpuTarget, level: int 
     ``target``, measuring what level ``level`` asks for that the records do not hold yet.
 
     By default the plain template is measured. A fused group passes ``kernel`` (config ->
-    its fused kernel), the kernel's ``args``, its own ``workload`` key and its operands'
-    ``pack`` costs, so what is timed includes its prologue and epilogue. Measuring stops at
+    its fused kernel), the kernel's ``args`` (or config -> its args, when a weight comes as
+    panels shaped by the config), its own ``workload`` key and its operands' ``pack`` costs,
+    so what is timed includes its prologue and epilogue. Measuring stops at
     ``deadline`` (a ``time.monotonic()`` value) with the best so far; ``measurer`` stands in
     for :func:`~taskloom.tune.measure.measure` in tests. The ``finalists`` fastest configs
     are then timed again side by side (:func:`_retime_finalists`).
@@ -161,8 +162,8 @@ def tune_matmul(shape: tuple[int, int, int, int], target: CpuTarget, level: int 
                 if search.best_s is not None:
                     bar.postfix(f"best {search.best_s * 1e3:.3f} ms")
 
-            (measurer or measure)([kernel(c) for c in batch], args or [], target, timeout_s=timeout_s, repeats=repeats,
-                     progress=False, on_result=record)
+            (measurer or measure)([kernel(c) for c in batch], _shared(args), target, timeout_s=timeout_s,
+                                  repeats=repeats, progress=False, on_result=record, **_each(args, batch))
             search.batch_done()
     finally:
         bar.close()
@@ -182,6 +183,16 @@ def tune_matmul(shape: tuple[int, int, int, int], target: CpuTarget, level: int 
 RETIME_ROUNDS = 2
 
 
+def _shared(args: Sequence | Callable | None) -> Sequence:
+    """The parameters every candidate shares (none when each has its own)."""
+    return [] if args is None or callable(args) else args
+
+
+def _each(args: Sequence | Callable | None, configs: Sequence[MatmulConfig]) -> dict[str, Any]:
+    """``measure``'s ``args_each`` for ``configs`` when the parameters follow the config."""
+    return {"args_each": [args(c) for c in configs]} if callable(args) else {}
+
+
 def _retime_finalists(records: Records, workload: str, target: CpuTarget, kernel: Callable, args: Sequence,
                       count: int, repeats: int, timeout_s: float, measurer: Callable) -> None:
     """Time the ``count`` fastest records of ``workload`` again, side by side, and record the
@@ -192,8 +203,8 @@ def _retime_finalists(records: Records, workload: str, target: CpuTarget, kernel
     configs = [MatmulConfig.from_dict(json.loads(k)) for _, k in ok[:count]]
     if len(configs) < 2:
         return
-    again = side_by_side([kernel(c) for c in configs], args, target, RETIME_ROUNDS, measurer=measurer,
-                         timeout_s=timeout_s, repeats=repeats)
+    again = side_by_side([kernel(c) for c in configs], _shared(args), target, RETIME_ROUNDS, measurer=measurer,
+                         timeout_s=timeout_s, repeats=repeats, **_each(args, configs))
     for (first, _), c, times in zip(ok, configs, again):
         v = sorted([first, *times])
         records.add(workload, tkey, c.to_dict(), v[len(v) // 2])

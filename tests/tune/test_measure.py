@@ -91,6 +91,19 @@ def test_build_failures_cost_only_their_candidate(failing_compiler):
     _assert_timed(results[3])
 
 
+def test_each_candidate_may_take_its_own_arguments():
+    """Weight panels shaped by each candidate's config: ``args_each`` gives every function its
+    parameters, checked against its signature, and the worker calls each with its own."""
+    each = [ARGS, [((N,), "float32")] * 2 + [((N + 1,), "float32")], ARGS]
+    results = measure([add, wrong_shape, mul], [], TARGET, repeats=3, progress=False, args_each=each)
+    for m in results:
+        _assert_timed(m)
+    wrong = measure([wrong_shape], [], TARGET, repeats=3, progress=False, args_each=[ARGS])
+    assert wrong[0].error.startswith("signature: parameter 'C'")
+    with pytest.raises(TaskloomError, match="args_each describes 1"):
+        measure([add, mul], [], TARGET, progress=False, args_each=[ARGS])
+
+
 def test_a_crash_costs_only_its_candidate():
     results = measure([add, crash, mul, crash], ARGS, TARGET, repeats=3, progress=False)
     _assert_timed(results[0])

@@ -199,6 +199,38 @@ def test_tuning_a_fused_group_times_the_fused_kernel(tmp_path, monkeypatch):
     np.testing.assert_allclose(out[0] if isinstance(out, (list, tuple)) else out, ref, rtol=1e-4, atol=1e-4)
 
 
+def test_tuning_a_weight_times_the_kernel_that_takes_its_panels(tmp_path, monkeypatch):
+    """A linear layer's B is a weight, packed at compile time: its search measures the kernel
+    as the compiled graph runs it, reading the panels, whose shape follows each config, and
+    records it under a key of its own (its best config differs from a kernel packing B)."""
+    monkeypatch.setenv("TASKLOOM_CACHE_DIR", str(tmp_path))
+    seen = []
+    real = tuner.measure
+
+    def spy(fns, args, target, **kw):
+        seen.append((fns, args, kw.get("args_each")))
+        return real(fns, args, target, **kw)
+    monkeypatch.setattr(tuner, "measure", spy)
+    rng = np.random.default_rng(4)
+    A, W = rng.standard_normal((20, 36), dtype=np.float32), rng.standard_normal((48, 36), dtype=np.float32)
+    x = input((20, 36), name="x")
+    graph = Graph([x], [ops.relu(ops.linear(x, taskloom.asarray(W)))])
+    c = taskloom.compile(graph, tune=1)
+    fns, args, each = seen[0]
+    assert args == [] and len(each) == len(fns)
+    for fn, specs in zip(fns, each):
+        assert fn.attr("prepacked_b") == 1
+        nr = specs[1][0][3]
+        assert specs == [((720,), "float32"), ((1, -(-48 // nr), 36, nr), "float32"), ((960,), "float32")]
+    (group,) = fuse_graph(optimize(graph))
+    con = match_contraction(group.task)
+    key = tunable(con, T, prepacked_b=1).workload
+    assert key == tunable(con, T).workload + "/prepacked"
+    assert Records.default().best(key, T.key()) is not None
+    out = c(A)
+    np.testing.assert_allclose(out[0] if isinstance(out, (list, tuple)) else out, np.maximum(A @ W.T, 0),
+                               rtol=1e-4, atol=1e-4)
+
 
 def test_imported_records_rank_a_task_before_it_is_measured(tmp_path, monkeypatch):
     """Records imported from another run of the same ISA train the ranker that orders a new

@@ -16,6 +16,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from taskloom.ir import cdiv
 from taskloom.ir import stmt as S
 from taskloom.ir.printer import expr_text
 from taskloom.ir.compute import Task
@@ -91,7 +92,7 @@ def tunable(con: Contraction, target: CpuTarget, prepacked_b: int = 0, prefetch_
 
     def args(c: MatmulConfig) -> list[tuple[tuple[int, ...], str]]:
         nr = c.nv * lanes
-        return [*beside, ((prepacked_b, -(-N // nr), K, nr), "float32"), specs[-1]]
+        return [*beside, ((prepacked_b, cdiv(N, nr), K, nr), "float32"), specs[-1]]
     return Tunable(con, workload_key(con, kinds) + "/prepacked", (pack[0], 0.0), fused, args, in_place)
 
 

@@ -67,7 +67,7 @@ class MatmulConfig:
                 f"cores {self.pm}x{self.pn}")
 
 
-#: fp32 elements in a cache line (64 bytes on every x86 taskloom targets)
+#: fp32 elements in a cache line (64 bytes on every x86 target taskloom builds for)
 LINE_FLOATS = 16
 
 #: Multiply-adds below which a product runs on one core: waking the others costs about half

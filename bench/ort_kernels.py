@@ -1,6 +1,8 @@
 """A CNN's convolutions, kernel by kernel, against ONNX Runtime's: ORT's own session profile
 (its NCHWc ``Conv`` nodes, in execution order) matched in order to the convolution kernels of
-a ``taskloom bench model --profile --json`` file, with sums by kind of convolution.
+a ``taskloom bench model --profile --json`` file, with sums by kind of convolution. Matching
+by order holds for chains of layers (ResNet-50, MobileNet-V2), not for a graph whose parallel
+branches the two run in different orders (Inception-V3).
 
     taskloom bench model resnet50 --compare ort --profile --json r50.json
     python bench/ort_kernels.py resnet50 r50.json

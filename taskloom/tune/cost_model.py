@@ -159,8 +159,10 @@ class _Walker:
             for i in s.indices:
                 out += self.expr(i)
             out += self.expr(s.value)
-        elif isinstance(s, (S.Assign, S.Evaluate)):
+        elif isinstance(s, S.Assign):
             out += self.expr(s.value)
+        elif isinstance(s, S.Evaluate):
+            out += self.expr(s.expr)
         return out
 
     def expr(self, e: E.Expr) -> np.ndarray:

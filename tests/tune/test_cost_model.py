@@ -54,6 +54,16 @@ def test_program_features_count_the_fmas_that_run(shape, config):
     assert f["flops"] == 2 * L * f["fma"]
 
 
+def test_program_features_count_a_call_made_for_its_effect():
+    """An expression evaluated for its effect (``Evaluate``) is counted like any other."""
+    from taskloom.ir import Var, call, const, f32, var
+    from taskloom.ir import stmt as S
+    A, i = Var("A", f32[8]), var("i")
+    fn = S.Function("k", (A,), S.For(i, const(8), S.Evaluate(call("exp", A[i]))))
+    f = cost_model.program_features(fn)
+    assert f["load_param"] == 8
+
+
 def test_program_features_see_a_convolutions_window():
     x = input((1, 4, 10, 10), name="x")
     w = np.ones((8, 4, 3, 3), np.float32)

@@ -268,11 +268,13 @@ def parse_workload(workload: str, target: CpuTarget) -> tuple[tuple[int, int, in
 def features(shape: tuple[int, int, int, int], pack: tuple[float, float], config: MatmulConfig,
              target: CpuTarget) -> np.ndarray:
     """The feature vector (:data:`FEATURE_NAMES`) of ``config`` on the task; the program is
-    the plain template's (a fused prologue enters through its pack costs)."""
+    the plain template's (a fused prologue enters through its pack costs), reading B's
+    panels when B costs no packing (a ``/prepacked`` workload: a weight packed at compile time)."""
     from taskloom.ir.dtypes import float32
     from taskloom.transforms import lower
     in_place = b_vectorizes(pack, target.vector_lanes(float32))
-    prog = program_features(lower(matmul_program(shape, config, target, b_vectorizes=in_place)))
+    prog = program_features(lower(matmul_program(shape, config, target, b_vectorizes=in_place,
+                                                 prepacked_b=1 if pack[1] == 0 else 0)))
     pred = predict(shape, config, target, pack=pack)
     total = pred.seconds if pred.ok and pred.seconds > 0 else 1.0
     parts = pred.parts

@@ -64,6 +64,18 @@ def test_program_features_count_a_call_made_for_its_effect():
     assert f["load_param"] == 8
 
 
+def test_features_of_a_prepacked_workload_describe_the_kernel_reading_panels():
+    """B packing nothing (a /prepacked key) means the kernel reads B's panels: no packing
+    stores of B among its program features."""
+    shape, config = (1, 64, 96, 80), MatmulConfig(4, 2, 16, 8, 32, 1, 2)
+    names = list(cost_model.FEATURE_NAMES)
+    packs, panels = (cost_model.features(shape, p, config, AVX512) for p in ((2.0, 2.0), (2.0, 0.0)))
+    stores = names.index("program.vstore_local")
+    assert panels[stores] < packs[stores]
+    key = "matmul_cpu/1x64x96x80/packcopy+copy/0123456789abcdef/prepacked"
+    assert cost_model.parse_workload(key, AVX512) == (shape, (2.0, 0.0))
+
+
 def test_program_features_see_a_convolutions_window():
     x = input((1, 4, 10, 10), name="x")
     w = np.ones((8, 4, 3, 3), np.float32)

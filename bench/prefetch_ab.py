@@ -15,6 +15,7 @@ import numpy as np
 
 import taskloom
 from taskloom.bench import zoo
+from taskloom.bench.peers import first_output
 from taskloom.bench.timing import machine, time_rounds
 from taskloom.schedule.select import schedule_kernel
 
@@ -39,8 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         model, inputs = zoo.build(name, args.batch, args.seq, 0)
         plain, streamed = (compile_with(model, tuple(inputs), s) for s in (False, True))
         data = [x.numpy() for x in inputs]
-        first = lambda out: out[0] if isinstance(out, (list, tuple)) else out  # noqa: E731
-        np.testing.assert_allclose(first(plain(*data)), first(streamed(*data)), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(first_output(plain(*data)), first_output(streamed(*data)), rtol=1e-4, atol=1e-4)
         times = time_rounds({"plain": lambda: plain(*data), "streamed": lambda: streamed(*data)},
                             repeats=10, rounds=args.rounds)
         med = {k: statistics.median(t for r in v for t in r) for k, v in times.items()}  # type: ignore[union-attr]

@@ -14,6 +14,7 @@ import torch
 
 import taskloom
 from taskloom.bench import zoo
+from taskloom.bench.peers import first_output
 from taskloom.bench.timing import machine, median_ms
 from taskloom.schedule.templates.matmul_cpu import default_config
 
@@ -27,9 +28,7 @@ def compile_both(name: str, batch: int, seq: int):
     with mock.patch("taskloom.tune.model.best_config", lambda shape, target, pack=None: default_config(shape, target)):
         fixed = taskloom.compile(model, inputs)
     args = [x.numpy() for x in inputs]
-    np.testing.assert_allclose(picked(*args)[0] if isinstance(picked(*args), (list, tuple)) else picked(*args),
-                               fixed(*args)[0] if isinstance(fixed(*args), (list, tuple)) else fixed(*args),
-                               rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(first_output(picked(*args)), first_output(fixed(*args)), rtol=1e-3, atol=1e-3)
     return (lambda: picked(*args)), (lambda: fixed(*args))
 
 

@@ -59,15 +59,14 @@ def workload_key(con: Contraction, kinds: tuple[str, str]) -> str:
 @dataclass(frozen=True)
 class Tunable:
     """What tuning a fused contraction needs: its record key, its operands' pack costs, the
-    fused kernel of a config and the kernel's arguments (or config -> its arguments, when B
-    comes as panels shaped by the config)."""
+    fused kernel of a config (named ``fused`` unless told otherwise) and the kernel's
+    arguments (or config -> its arguments, when B comes as panels shaped by the config)."""
 
     con: Contraction
     workload: str
     pack: tuple[float, float]
-    kernel: Callable[[MatmulConfig], S.Function]
+    kernel: Callable[..., S.Function]
     args: list[tuple[tuple[int, ...], str]] | Callable[[MatmulConfig], list[tuple[tuple[int, ...], str]]]
-    b_vectorizes: bool  # B copies by vectors, so a band one tile high reads it in place
 
 
 def tunable(con: Contraction, target: CpuTarget, prepacked_b: int = 0, prefetch_b: bool = False) -> Tunable:
@@ -81,19 +80,19 @@ def tunable(con: Contraction, target: CpuTarget, prepacked_b: int = 0, prefetch_
     lanes = target.vector_lanes(float32)
     pack = kinds_cost(kinds, lanes)
     in_place = b_vectorizes(pack, lanes)
-    fused = lambda c: fuse_contraction(matmul_program(con.shape, c, target, name="fused",  # noqa: E731
-                                                      b_vectorizes=in_place, prepacked_b=prepacked_b,
-                                                      prefetch_b=prefetch_b), con)
+    def fused(c: MatmulConfig, name: str = "fused") -> S.Function:
+        return fuse_contraction(matmul_program(con.shape, c, target, name=name, b_vectorizes=in_place,
+                                               prepacked_b=prepacked_b, prefetch_b=prefetch_b), con)
     specs = fused_arg_specs(con)
     if not prepacked_b:
-        return Tunable(con, workload_key(con, kinds), pack, fused, specs, in_place)
+        return Tunable(con, workload_key(con, kinds), pack, fused, specs)
     _, _, N, K = con.shape
     beside = [specs[k] for k in inputs_beside_panels(con)]
 
     def args(c: MatmulConfig) -> list[tuple[tuple[int, ...], str]]:
         nr = c.nv * lanes
         return [*beside, ((prepacked_b, cdiv(N, nr), K, nr), "float32"), specs[-1]]
-    return Tunable(con, workload_key(con, kinds) + "/prepacked", (pack[0], 0.0), fused, args, in_place)
+    return Tunable(con, workload_key(con, kinds) + "/prepacked", (pack[0], 0.0), fused, args)
 
 
 def task_tunable(task: Task, target: CpuTarget, constants: Mapping[int, np.ndarray] | None = None,
@@ -153,12 +152,8 @@ def schedule_kernel(task: Task, target: CpuTarget, name: str | None = None, tune
     found = task_tunable(task, target, constants, weights_stream)
     if found is not None:
         t, b = found
-        con = t.con
         config = choose_config(t, target, tune, deadline)
-        program = matmul_program(con.shape, config, target, name=name or task.name,
-                                 prepacked_b=0 if b is None else b.shape[0], b_vectorizes=t.b_vectorizes,
-                                 prefetch_b=weights_stream)
-        fn = fuse_contraction(program, con)
+        fn = t.kernel(config, name or task.name)  # the kernel tuning times, as it is built here
         if b is None:
             return Scheduled(fn, tuple(range(len(task.inputs))))
         return Scheduled(fn, (*fn.attr("inputs"), pack_b_panels(b, config, target)))

@@ -32,24 +32,26 @@ def _cdiv(a, b):
 @pytest.mark.parametrize("shape,config", [
     ((1, 100, 70, 33), MatmulConfig(6, 4, 16, 24, 64, 1, 2)),
     ((2, 37, 130, 300), MatmulConfig(4, 2, 128, 12, 1024, 2, 1)),
+    ((1, 512, 512, 64), MatmulConfig(8, 3, 32, 680, 1024, 2, 1)),
 ])
 def test_program_features_count_the_fmas_that_run(shape, config):
-    """Every register tile does MR x NV vector FMAs per k, padded tiles included."""
+    """Every register tile does MR x NV vector FMAs per k, except C's last, partial row and
+    column of tiles, which do only their real rows and vectors."""
     f = cost_model.program_features(lower(matmul_program(shape, config, AVX512)))
     Bt, M, N, K = shape
     L, c = 16, config
+    NR = c.nv * L
     band_m = _cdiv(_cdiv(M, c.pm), c.mr) * c.mr
-    band_n = _cdiv(_cdiv(N, c.pn), c.nv * L) * c.nv * L
-    mc, nc = min(_cdiv(c.mc, c.mr) * c.mr, band_m), min(_cdiv(c.nc, c.nv * L) * c.nv * L, band_n)
-    tiles = 0
-    for m0 in range(0, M, band_m):
-        rows = min(band_m, M - m0)
-        rt = sum(_cdiv(min(mc, rows - i), c.mr) for i in range(0, rows, mc))
-        for n0 in range(0, N, band_n):
-            cols = min(band_n, N - n0)
-            ct = sum(_cdiv(min(nc, cols - j), c.nv * L) for j in range(0, cols, nc))
-            tiles += rt * ct
-    assert f["fma"] == Bt * K * tiles * c.mr * c.nv
+    band_n = _cdiv(_cdiv(N, c.pn), NR) * NR
+    mc, nc = min(_cdiv(c.mc, c.mr) * c.mr, band_m), min(_cdiv(c.nc, NR) * NR, band_n)
+
+    def starts(total, band, block, tile):  # where each tile of each band's blocks starts
+        return [b0 + i0 + t for b0 in range(0, total, band) for i0 in range(0, min(band, total - b0), block)
+                for t in range(0, min(block, band - i0, total - b0 - i0), tile)]
+
+    rows = [c.mr if r + c.mr <= M else M % c.mr for r in starts(M, band_m, mc, c.mr)]
+    vecs = [c.nv if j + NR <= N else min(c.nv, _cdiv(N % NR, L)) for j in starts(N, band_n, nc, NR)]
+    assert f["fma"] == Bt * K * sum(rows) * sum(vecs)
     assert f["parallel"] == c.pm * c.pn and f["gather"] == 0
     assert f["flops"] == 2 * L * f["fma"]
 

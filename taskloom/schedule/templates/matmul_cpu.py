@@ -34,6 +34,7 @@ from taskloom.errors import ScheduleError
 from taskloom.ir import cdiv, f32, vec
 from taskloom.ir.index import round_up
 from taskloom.ir import stmt as S
+from taskloom.ir import expr as E
 from taskloom.ir.mapping import spatial, repeat
 from taskloom.script import kernel
 from taskloom.target.cpu import CpuTarget
@@ -161,6 +162,19 @@ def matmul_program(shape: tuple[int, int, int, int], config: MatmulConfig, targe
     PF_TOTAL = cdiv(KC * NR, LINE_FLOATS)
     PF_STEPS, PF_LINES = next((st, ln) for st, ln in ((2, 1), (1, 1), (1, 2), (1, 4), (1, 8), (1, 16))
                               if cdiv(PF_TOTAL * st, KC * ln) <= SLIVERS or ln == 16)
+    # C's last row of tiles and last column of tiles may be partial; each gets a micro-kernel
+    # only as large as its real rows and vectors (at 512 x 512, 8 x 3 tiles would spend 3% of
+    # their FMAs on the zero columns of the last panel)
+    M_PART, NV_PART = M % MR, cdiv(N % NR, L)
+    M_EDGES = (False, True) if M_PART else (False,)
+    N_EDGES = (False, True) if 0 < NV_PART < NV else (False,)
+    TILES = [(M_PART if me else MR, NV_PART if ne else NV, me, ne) for me in M_EDGES for ne in N_EDGES]
+
+    def tile_case(at_m_edge: E.Expr, at_n_edge: E.Expr, m_edge: bool, n_edge: bool) -> E.Expr | bool:
+        """Whether the tile at hand is the ``TILES`` entry for ``(m_edge, n_edge)``."""
+        conds = [at if edge else E.logical_not(at)
+                 for at, edge, edges in ((at_m_edge, m_edge, M_EDGES), (at_n_edge, n_edge, N_EDGES)) if len(edges) > 1]
+        return E.logical_and(*conds) if conds else True
 
     @kernel
     def matmul(A: f32[Bt, M, K], B: f32[B_SHAPE], C: f32[Bt, M, N]):
@@ -210,54 +224,58 @@ def matmul_program(shape: tuple[int, int, int, int], config: MatmulConfig, targe
                                         pf_lines = cdiv(pf_rows * NR, LINE_FLOATS)
                                     for ir in range(cdiv(mm, MR)):
                                         tile = jr * cdiv(BAND_M, MR) + (m0 - m_lo) // MR + ir  # its row of Cb
-                                        # the accumulators start at zero and the partial sums are added after
-                                        # the k loop: loaded first, they would hold up the first FMAs while
-                                        # they come from L2 or L3 (a band's buffer is often larger than L2)
-                                        acc = register_tensor(fvec, [MR, NV])
-                                        for i, v in repeat(MR, NV).on(0):
-                                            acc[i, v] = broadcast(0.0, L)
-                                        "the micro-kernel: MR x NV vector FMAs per k"
-                                        for k in range(kn):
-                                            bv = register_tensor(fvec, [NV])
-                                            for v in unroll(NV):
-                                                if PB:  # B's weight panel, packed once at compile time
-                                                    bv[v] = vload(B[min(b, PB - 1), n0 // NR + jr, k0 + k, v * L], L)
-                                                elif not PACK_B:  # one row of tiles: B read once, where it lies
-                                                    n = n0 + jr * NR + v * L
-                                                    bv[v] = vload(B[b, k0 + k, n], L, max(min(n_hi - n, L), 0))
-                                                else:
-                                                    bv[v] = vload(Bp[jr, k, v * L], L)
-                                            if PF:
-                                                if k % PF_STEPS == 0:
-                                                    for j in unroll(PF_LINES):
-                                                        line = (ir * KC + k) // PF_STEPS * PF_LINES + j
-                                                        if line < pf_lines:
-                                                            e = line * LINE_FLOATS
-                                                            prefetch(B[min(b, PB - 1), pf_panel, pf_row + e // NR, e % NR])
-                                            "one broadcast of A lives at a time: MR x NV + NV + 1 registers"
-                                            for i in unroll(MR):
-                                                a = broadcast(Ap[ir * MR + i, k], L)
-                                                for v in unroll(NV):
-                                                    acc[i, v] = fma(a, bv[v], acc[i, v])
-                                        if PF and K % KC != 0:
-                                            "K's short last block has fewer steps than the next chunk's lines: ask for the rest"
-                                            for t in range(KC - kn):
-                                                if (kn + t) % PF_STEPS == 0:
-                                                    for j in unroll(PF_LINES):
-                                                        line = (ir * KC + kn + t) // PF_STEPS * PF_LINES + j
-                                                        if line < pf_lines:
-                                                            e = line * LINE_FLOATS
-                                                            prefetch(B[min(b, PB - 1), pf_panel, pf_row + e // NR, e % NR])
-                                        for i, v in repeat(MR, NV).on(0):
-                                            if kb > 0:
-                                                acc[i, v] = acc[i, v] + vload(Cb[tile, i * NR + v * L], L)
-                                            m = m0 + ir * MR + i
-                                            if kb == KB - 1:
-                                                if m < m_hi:
-                                                    n = n0 + jr * NR + v * L
-                                                    vstore(C[b, m, n], acc[i, v], max(min(n_hi - n, L), 0))
-                                            else:
-                                                vstore(Cb[tile, i * NR + v * L], acc[i, v])
+                                        for tmr, tnv, m_edge, n_edge in TILES:
+                                            if tile_case(m0 + ir * MR + MR > M, n0 + jr * NR + NR > N, m_edge, n_edge):
+                                                if m_edge or n_edge:
+                                                    "a tile at C's last rows or columns: only its real rows and vectors"
+                                                # the accumulators start at zero and the partial sums are added after
+                                                # the k loop: loaded first, they would hold up the first FMAs while
+                                                # they come from L2 or L3 (a band's buffer is often larger than L2)
+                                                acc = register_tensor(fvec, [tmr, tnv])
+                                                for i, v in repeat(tmr, tnv).on(0):
+                                                    acc[i, v] = broadcast(0.0, L)
+                                                "the micro-kernel: MR x NV vector FMAs per k"
+                                                for k in range(kn):
+                                                    bv = register_tensor(fvec, [tnv])
+                                                    for v in unroll(tnv):
+                                                        if PB:  # B's weight panel, packed once at compile time
+                                                            bv[v] = vload(B[min(b, PB - 1), n0 // NR + jr, k0 + k, v * L], L)
+                                                        elif not PACK_B:  # one row of tiles: B read once, where it lies
+                                                            n = n0 + jr * NR + v * L
+                                                            bv[v] = vload(B[b, k0 + k, n], L, max(min(n_hi - n, L), 0))
+                                                        else:
+                                                            bv[v] = vload(Bp[jr, k, v * L], L)
+                                                    if PF:
+                                                        if k % PF_STEPS == 0:
+                                                            for j in unroll(PF_LINES):
+                                                                line = (ir * KC + k) // PF_STEPS * PF_LINES + j
+                                                                if line < pf_lines:
+                                                                    e = line * LINE_FLOATS
+                                                                    prefetch(B[min(b, PB - 1), pf_panel, pf_row + e // NR, e % NR])
+                                                    "one broadcast of A lives at a time: MR x NV + NV + 1 registers"
+                                                    for i in unroll(tmr):
+                                                        a = broadcast(Ap[ir * MR + i, k], L)
+                                                        for v in unroll(tnv):
+                                                            acc[i, v] = fma(a, bv[v], acc[i, v])
+                                                if PF and K % KC != 0:
+                                                    "K's short last block has fewer steps than the next chunk's lines: ask for the rest"
+                                                    for t in range(KC - kn):
+                                                        if (kn + t) % PF_STEPS == 0:
+                                                            for j in unroll(PF_LINES):
+                                                                line = (ir * KC + kn + t) // PF_STEPS * PF_LINES + j
+                                                                if line < pf_lines:
+                                                                    e = line * LINE_FLOATS
+                                                                    prefetch(B[min(b, PB - 1), pf_panel, pf_row + e // NR, e % NR])
+                                                for i, v in repeat(tmr, tnv).on(0):
+                                                    if kb > 0:
+                                                        acc[i, v] = acc[i, v] + vload(Cb[tile, i * NR + v * L], L)
+                                                    m = m0 + ir * MR + i
+                                                    if kb == KB - 1:
+                                                        if m < m_hi:
+                                                            n = n0 + jr * NR + v * L
+                                                            vstore(C[b, m, n], acc[i, v], max(min(n_hi - n, L), 0))
+                                                    else:
+                                                        vstore(Cb[tile, i * NR + v * L], acc[i, v])
 
     fn = matmul
     return S.Function(name, fn.params, fn.body, fn.kind,
@@ -350,7 +368,9 @@ def matmul_space(target: CpuTarget) -> list[MatmulConfig]:
     - register tiles of MR x NV vectors (NV of 2 to 4, three heights each) whose
       accumulators fill at least half the register file (enough independent FMAs to hide
       their latency) and leave NV + 1 registers for the panel of B and a broadcast of A;
-    - KC so that a two-vector-wide KC panel of B takes 1/4, 1/2, 3/4 or all of L1 (at most 512);
+    - KC so that a two-vector-wide KC panel of B takes 1/4, 1/2, 3/4 or all of L1 (at most
+      512), or the tile's own panel half or 3/4 of it (at 512³, 6 x 4 tiles ran 5% faster
+      with KC 128-144 than with 96 or 192, measured);
     - MC so that an MC x KC block of A takes 1/4 or 1/2 of L2;
     - NC of NC_COLUMNS;
     - every split of the cores into a PM x PN grid.
@@ -360,7 +380,8 @@ def matmul_space(target: CpuTarget) -> list[MatmulConfig]:
     grids = [(pm, P // pm) for pm in range(1, P + 1) if P % pm == 0]
     space = []
     for mr, nv in tiles:
-        kcs = sorted({_kc(target, f) for f in (0.25, 0.5, 0.75, 1.0)})
+        kcs = sorted({_kc(target, f) for f in (0.25, 0.5, 0.75, 1.0)} |
+                     {_kc(target, f, nv) for f in (0.5, 0.75)})
         for kc in kcs:
             mcs = sorted({max(mr, int(L2 * f) // (kc * 4) // mr * mr) for f in (0.25, 0.5)})
             for mc in mcs:
@@ -385,7 +406,7 @@ def _tiles(regs: int) -> list[tuple[int, int]]:
     return out
 
 
-def _kc(target: CpuTarget, fraction: float) -> int:
-    """The K block whose two-vector-wide panel of B takes ``fraction`` of L1 (16 to 512)."""
-    panel_row = 2 * target.vector_lanes(f32) * 4
+def _kc(target: CpuTarget, fraction: float, nv: int = 2) -> int:
+    """The K block whose ``nv``-vector-wide panel of B takes ``fraction`` of L1 (16 to 512)."""
+    panel_row = nv * target.vector_lanes(f32) * 4
     return min(512, max(16, int(target.l1d_bytes * fraction) // panel_row // 16 * 16))

@@ -56,9 +56,6 @@ LOAD_OVERLAP = 1.0
 #: The share of the probed L2 read bandwidth a stream inside the micro-kernel gets (the
 #: probe reads with nothing else running; the kernel's L1 loads compete with the refills).
 L2_STREAM_SHARE = 0.15
-#: Cycles from one vector FMA to the next on the same accumulator: a k step takes at least
-#: this long, however few the tile's FMAs (a 2 x 3 tile at C's edge waits on its chains).
-FMA_LATENCY_CYCLES = 4
 #: Cycles a micro-kernel call spends outside its k loop besides the accumulators: loop and
 #: address set-up, the branch on the K block.
 CALL_OVERHEAD_CYCLES = 12
@@ -148,41 +145,32 @@ def predict(shape: tuple[int, int, int, int], config: MatmulConfig, target: CpuT
             return l3
         return mem
 
+    fma_cycles, load_cycles = MR * NV / FMA_PORTS, (MR + NV) / LOAD_PORTS
+    step_cycles = max(fma_cycles, load_cycles) + LOAD_OVERLAP * min(fma_cycles, load_cycles)
+    call_cycles = CALL_OVERHEAD_CYCLES + 2 * MR * NV / LOAD_PORTS  # accumulators in and out
     # the B panel stays in L1 only if the A micro-panel streaming past it leaves it room; a
     # B read in place is read once, from where it lies (priced with the packing below)
     in_place = reads_b_in_place(shape, c, target, b_vectorizes(pack, L))
     b_from_l2 = not in_place and b_panel + MR * KC * 4 > target.l1d_bytes
     l2_stream = l2 * L2_STREAM_SHARE
-
-    def tile_seconds(mr: int, nv: int) -> float:
-        """One tile's micro-kernel calls over all of K."""
-        fma_cycles, load_cycles = mr * nv / FMA_PORTS, (mr + nv) / LOAD_PORTS
-        step_cycles = max(fma_cycles, load_cycles) + LOAD_OVERLAP * min(fma_cycles, load_cycles)
-        step_cycles = max(step_cycles, FMA_LATENCY_CYCLES)
-        call_cycles = CALL_OVERHEAD_CYCLES + 2 * mr * nv / LOAD_PORTS  # accumulators in and out
-        total = 0.0
-        for kn in k_blocks:
-            compute = (kn * step_cycles + call_cycles) * cycle
-            l2_bytes = 4 * kn * (mr + (nv * L if b_from_l2 else 0))
-            l1_bytes = 4 * kn * (mr + nv * L)
-            total += max(compute, l2_bytes / l2_stream, l1_bytes / l1)
-        return total
-
-    # the template gives C's last, partial row and column of tiles micro-kernels only as
-    # large as their real rows and vectors; they fall to the busiest core when its band
-    # reaches C's edge
-    m_part = M % MR if rows == M else 0
-    nv_part = cdiv(N % NR, L) if cols == N and 0 < cdiv(N % NR, L) < NV else 0
-    row_kinds = [(MR, row_tiles - (m_part > 0))] + ([(m_part, 1)] if m_part else [])
-    col_kinds = [(NV, col_tiles - (nv_part > 0))] + ([(nv_part, 1)] if nv_part else [])
-    tiles = [(mr, nv, nm * nn) for mr, nm in row_kinds for nv, nn in col_kinds]
-    kernel = Bt * sum(n * tile_seconds(mr, nv) for mr, nv, n in tiles)
+    kernel = 0.0
+    for kn in k_blocks:
+        compute = (kn * step_cycles + call_cycles) * cycle
+        l2_bytes = 4 * kn * (MR + (NR if b_from_l2 else 0))
+        l1_bytes = 4 * kn * (MR + NR)
+        kernel += max(compute, l2_bytes / l2_stream, l1_bytes / l1)
+    # C's last, partial row or column of tiles is priced as full tiles: the template gives
+    # them micro-kernels only as large as their real rows and vectors, but those hide less
+    # of the FMA latency and load more per FMA (784 x 128 x 512 in 8 x 3 tiles, the last
+    # panel 2 vectors wide, ran 12% slower than 14 x 2 tiles with no edge, measured; its
+    # real FMAs alone would make the two level)
+    kernel *= Bt * row_tiles * col_tiles
     # partial sums between K blocks: each call reads and writes its tile of the band's
     # BAND_M x NC buffer, which lives wherever that buffer fits
     partials = 0.0
     if len(k_blocks) > 1:
-        tile_floats = sum(n * mr * nv * L for mr, nv, n in tiles)
-        partials = Bt * tile_floats * 4 * (2 * len(k_blocks) - 2) / source_bandwidth(rows * NC * 4, stream=True)
+        tile_bytes = MR * NR * 4 * (2 * len(k_blocks) - 2)  # in after the first block, out before the last
+        partials = Bt * row_tiles * col_tiles * tile_bytes / source_bandwidth(rows * NC * 4, stream=True)
     # B blocks that do not fit L2 come back from L3 for every block of rows
     refetch = 0.0
     if b_block > target.l2_bytes // 2 and not in_place:

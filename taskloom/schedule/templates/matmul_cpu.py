@@ -16,7 +16,9 @@ outgrow the caches the slivers on one panel ask for the next one into L2 (``pref
 each panel then comes from memory, and the hardware prefetcher stops at every 4 KiB page.
 
 Edges need no padding copies: rows past M are read as row M-1 and never stored, columns
-past N are packed as zeros and masked off when stored, and K's last block is short.
+past N are packed as zeros and masked off when stored, and K's last block is short. The
+tiles of C's last, partial row and column of tiles run a micro-kernel of only their real
+rows and vectors, so those rows and zero columns cost no FMAs.
 
 The template reads its operands only through the packing loops (scalar element reads of
 ``A[b, m, k]`` and ``B[b, k, n]``, copied a vector at a time, each copy starting at a multiple of the vector

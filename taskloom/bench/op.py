@@ -233,7 +233,7 @@ def _torch_call(problem: Problem, cores: int, stack: contextlib.ExitStack) -> Ca
     return problem.torch_call(torch)
 
 
-def _ort_call(problem: Problem, cores: int) -> Callable[[], Any]:
+def ort_call(problem: Problem, cores: int) -> Callable[[], Any]:
     """A one-node ONNX model in an ORT session. ``sess.run`` takes the numpy inputs without
     copying them on the CPU provider; I/O binding would only save the output allocation."""
     import onnx
@@ -297,7 +297,7 @@ def bench_shape(problem: Problem, peers: tuple[str, ...], target: CpuTarget, tun
         "taskloom": lambda stack: _taskloom_call(problem, target, tune, info),
         "numpy": lambda stack: problem.numpy_call(),  # type: ignore[union-attr]  (matmul only)
         "torch": lambda stack: _torch_call(problem, cores, stack),
-        "ort": lambda stack: _ort_call(problem, cores),
+        "ort": lambda stack: ort_call(problem, cores),
     }
     with contextlib.ExitStack() as stack:
         prepared = {name: _prepare(name, setups[name], stack, reference,

@@ -17,15 +17,19 @@ from typing import Callable, Mapping
 import numpy as np
 
 from taskloom.ir import cdiv
+from taskloom.ir import expr as E
 from taskloom.ir import stmt as S
 from taskloom.ir.printer import expr_text
 from taskloom.ir.compute import Task
 from taskloom.ir.dtypes import float32
+from taskloom.ir.functor import substitute
+from taskloom.ir.index import row_major_offset
 from taskloom.schedule.contraction import Contraction, match_contraction
 from taskloom.schedule.post_fusion import fuse_contraction, fused_arg_specs, inputs_beside_panels
 from taskloom.schedule.rule_based import schedule_task
 from taskloom.schedule.templates.matmul_cpu import MatmulConfig, matmul_program, pack_b_panels
 from taskloom.target.cpu import CpuTarget
+from taskloom.transforms.simplify import simplify_expr
 
 
 def template_serves(con: Contraction, target: CpuTarget) -> bool:
@@ -56,17 +60,36 @@ def workload_key(con: Contraction, kinds: tuple[str, str]) -> str:
     return "matmul_cpu/" + "x".join(str(d) for d in con.shape) + f"/pack{a}+{b}/" + digest
 
 
+def a_row_stride(con: Contraction, target: CpuTarget) -> int:
+    """The distance in elements between two rows of A as the fused kernel reads them, when
+    A's prologue is a plain copy of one input (a matrix, a 1x1 convolution's NHWC input):
+    what decides whether the template reads A in place
+    (:func:`~taskloom.schedule.templates.matmul_cpu.reads_a_in_place`); 0 otherwise."""
+    from taskloom.tune.model import pack_kinds
+    a = con.a
+    if pack_kinds(con, target)[0] != "copy" or not isinstance(a, E.TensorElement):
+        return 0
+    offset = row_major_offset(a.indices, a.tensor.shape)
+    at = {m: simplify_expr(substitute(E.as_expr(offset), {con.vb: E.as_expr(0), con.vm: E.as_expr(m),
+                                                          con.vk: E.as_expr(0)})) for m in (0, 1)}
+    if con.M < 2 or not all(isinstance(v, E.Constant) for v in at.values()):
+        return 0
+    return max(0, int(at[1].value) - int(at[0].value))  # type: ignore[union-attr]
+
+
 @dataclass(frozen=True)
 class Tunable:
     """What tuning a fused contraction needs: its record key, its operands' pack costs, the
-    fused kernel of a config (named ``fused`` unless told otherwise) and the kernel's
-    arguments (or config -> its arguments, when B comes as panels shaped by the config)."""
+    fused kernel of a config (named ``fused`` unless told otherwise), the kernel's
+    arguments (or config -> its arguments, when B comes as panels shaped by the config) and
+    the distance between A's rows as it reads them (:func:`a_row_stride`)."""
 
     con: Contraction
     workload: str
     pack: tuple[float, float]
     kernel: Callable[..., S.Function]
     args: list[tuple[tuple[int, ...], str]] | Callable[[MatmulConfig], list[tuple[tuple[int, ...], str]]]
+    a_stride: int = 0
 
 
 def tunable(con: Contraction, target: CpuTarget, prepacked_b: int = 0, prefetch_b: bool = False) -> Tunable:
@@ -80,19 +103,22 @@ def tunable(con: Contraction, target: CpuTarget, prepacked_b: int = 0, prefetch_
     lanes = target.vector_lanes(float32)
     pack = kinds_cost(kinds, lanes)
     in_place = b_vectorizes(pack, lanes)
+    a_stride = a_row_stride(con, target)
+
     def fused(c: MatmulConfig, name: str = "fused") -> S.Function:
         return fuse_contraction(matmul_program(con.shape, c, target, name=name, b_vectorizes=in_place,
-                                               prepacked_b=prepacked_b, prefetch_b=prefetch_b), con)
+                                               prepacked_b=prepacked_b, prefetch_b=prefetch_b,
+                                               a_stride=a_stride), con)
     specs = fused_arg_specs(con)
     if not prepacked_b:
-        return Tunable(con, workload_key(con, kinds), pack, fused, specs)
+        return Tunable(con, workload_key(con, kinds), pack, fused, specs, a_stride)
     _, _, N, K = con.shape
     beside = [specs[k] for k in inputs_beside_panels(con)]
 
     def args(c: MatmulConfig) -> list[tuple[tuple[int, ...], str]]:
         nr = c.nv * lanes
         return [*beside, ((prepacked_b, cdiv(N, nr), K, nr), "float32"), specs[-1]]
-    return Tunable(con, workload_key(con, kinds) + "/prepacked", (pack[0], 0.0), fused, args)
+    return Tunable(con, workload_key(con, kinds) + "/prepacked", (pack[0], 0.0), fused, args, a_stride)
 
 
 def task_tunable(task: Task, target: CpuTarget, constants: Mapping[int, np.ndarray] | None = None,
@@ -118,10 +144,10 @@ def choose_config(t: Tunable, target: CpuTarget, tune: int = 0, deadline: float 
         from taskloom.tune.model import best_config
         from taskloom.tune.tuner import recorded_config
         best = recorded_config(con.shape, target, workload=t.workload)
-        return best if best is not None else best_config(con.shape, target, t.pack)
+        return best if best is not None else best_config(con.shape, target, t.pack, t.a_stride)
     from taskloom.tune.tuner import tune_matmul
     return tune_matmul(con.shape, target, level=tune, kernel=t.kernel, args=t.args, workload=t.workload,
-                       pack=t.pack, deadline=deadline)
+                       pack=t.pack, deadline=deadline, a_stride=t.a_stride)
 
 
 def schedule(task: Task, target: CpuTarget, name: str | None = None, tune: int = 0,

@@ -36,7 +36,7 @@ from taskloom.ir.functor import collect
 from taskloom.schedule.templates.matmul_cpu import MatmulConfig, matmul_program
 from taskloom.target.cpu import CpuTarget
 from taskloom.transforms.simplify_rules import fold_binary
-from taskloom.tune.model import b_vectorizes, predict
+from taskloom.tune.model import b_vectorizes, plain_a_stride, predict
 from taskloom.tune.records import Records, config_key
 
 _PROGRAM_KEYS = ("fma", "vload_param", "vload_local", "vstore_param", "vstore_local", "gather",
@@ -274,7 +274,8 @@ def features(shape: tuple[int, int, int, int], pack: tuple[float, float], config
     from taskloom.transforms import lower
     in_place = b_vectorizes(pack, target.vector_lanes(float32))
     prog = program_features(lower(matmul_program(shape, config, target, b_vectorizes=in_place,
-                                                 prepacked_b=1 if pack[1] == 0 else 0)))
+                                                 prepacked_b=1 if pack[1] == 0 else 0,
+                                                 a_stride=plain_a_stride(shape, pack))))
     pred = predict(shape, config, target, pack=pack)
     total = pred.seconds if pred.ok and pred.seconds > 0 else 1.0
     parts = pred.parts

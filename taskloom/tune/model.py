@@ -20,7 +20,8 @@ of the ``PM x PN`` grid, as Roller prices an rTile by the traffic of each memory
   the band's partial-sum buffer (``BAND_M x NC``), from L2, L3 or DRAM as that buffer fits
   (small K blocks on a 4096 x 4096 product stream 32 MiB of partial sums per block).
 - **packing**: every element of A is packed once per column block, of B once per band (a
-  band one tile high reads B in place: only its reads count); a
+  band one tile high reads B in place, and a plain A whose rows spread over L1's sets is
+  read in place: only their reads count); a
   packed element costs its reads from wherever the operand lives (L2, L3 or DRAM, sized
   by the operand against the caches, DRAM shared by the busy cores) and the copy itself,
   which is cheap for a contiguous vector copy and about a cycle per element for a prologue
@@ -42,7 +43,7 @@ from taskloom.ir import cdiv
 from taskloom.ir import expr as E
 from taskloom.ir.dtypes import float32
 from taskloom.schedule.templates.matmul_cpu import (MatmulConfig, blocking, default_config, matmul_space,
-                                                     reads_b_in_place)
+                                                     reads_a_in_place, reads_b_in_place)
 from taskloom.target.cpu import CpuTarget
 from taskloom.target.probe import HardwareProfile, profile_for
 
@@ -93,10 +94,13 @@ def _blocks(extent: int, block: int) -> list[int]:
 
 
 def predict(shape: tuple[int, int, int, int], config: MatmulConfig, target: CpuTarget,
-            profile: HardwareProfile | None = None, pack: tuple[float, float] = DEFAULT_PACK) -> Prediction:
+            profile: HardwareProfile | None = None, pack: tuple[float, float] = DEFAULT_PACK,
+            a_stride: int | None = None) -> Prediction:
     """The predicted seconds of the matmul template running ``shape = (Bt, M, N, K)`` with
     ``config`` on ``target``. ``pack`` is the cost in cycles of packing one vector of A and
-    of B (see :func:`pack_costs`); ``profile`` defaults to the target's probe or estimate.
+    of B (see :func:`pack_costs`); ``profile`` defaults to the target's probe or estimate;
+    ``a_stride`` is the distance between A's rows as the kernel reads them (default
+    :func:`plain_a_stride`).
 
     >>> predict((1, 512, 512, 512), default_config((1, 512, 512, 512), t), t).seconds
     """
@@ -151,6 +155,7 @@ def predict(shape: tuple[int, int, int, int], config: MatmulConfig, target: CpuT
     # the B panel stays in L1 only if the A micro-panel streaming past it leaves it room; a
     # B read in place is read once, from where it lies (priced with the packing below)
     in_place = reads_b_in_place(shape, c, target, b_vectorizes(pack, L))
+    a_in_place = reads_a_in_place(shape, c, target, plain_a_stride(shape, pack) if a_stride is None else a_stride)
     b_from_l2 = not in_place and b_panel + MR * KC * 4 > target.l1d_bytes
     l2_stream = l2 * L2_STREAM_SHARE
     kernel = 0.0
@@ -180,7 +185,8 @@ def predict(shape: tuple[int, int, int, int], config: MatmulConfig, target: CpuT
     b_elems = Bt * K * col_tiles * NR
     a_src = source_bandwidth(M * K * 4)
     b_src = source_bandwidth(K * N * 4)
-    pack_a = a_elems * pack[0] * cycle / L + a_elems * 4 / a_src
+    copy_a = 0.0 if a_in_place else pack[0]  # A read in place: its reads alone
+    pack_a = a_elems * copy_a * cycle / L + a_elems * 4 / a_src
     copy_b = 0.0 if in_place else pack[1]  # one row of tiles: B is not copied
     pack_b = b_elems * copy_b * cycle / L + b_elems * 4 / b_src
     parts = {"kernel": kernel, "partials": partials, "refetch": refetch, "pack_a": pack_a, "pack_b": pack_b,
@@ -230,6 +236,13 @@ def b_vectorizes(pack: tuple[float, float], lanes: int) -> bool:
     return pack[1] <= pack_cost("vec", lanes)
 
 
+def plain_a_stride(shape: tuple[int, int, int, int], pack: tuple[float, float]) -> int:
+    """The distance between A's rows, ``K``, when A packs by plain copies (``pack[0]``) as a
+    row-major matrix does; 0 (A is packed) when its prologue computes or gathers: what the
+    template is told when nothing better is known (:func:`~taskloom.schedule.templates.matmul_cpu.reads_a_in_place`)."""
+    return int(shape[3]) if pack[0] <= pack_cost("copy", 1) else 0
+
+
 def kinds_cost(kinds: tuple[str, str], lanes: int) -> tuple[float, float]:
     """Cycles per vector of packing A and B, packed as ``kinds`` (:func:`pack_kinds`)."""
     return pack_cost(kinds[0], lanes), pack_cost(kinds[1], lanes)
@@ -261,23 +274,23 @@ def candidates(shape: tuple[int, int, int, int], target: CpuTarget) -> list[Matm
 
 
 def rank(shape: tuple[int, int, int, int], target: CpuTarget, configs: list[MatmulConfig] | None = None,
-         pack: tuple[float, float] = DEFAULT_PACK,
-         profile: HardwareProfile | None = None) -> list[tuple[MatmulConfig, Prediction]]:
+         pack: tuple[float, float] = DEFAULT_PACK, profile: HardwareProfile | None = None,
+         a_stride: int | None = None) -> list[tuple[MatmulConfig, Prediction]]:
     """``configs`` (default: :func:`candidates`) with their predictions, fastest first;
     rejected configs are left out."""
     profile = profile or profile_for(target)
-    scored = [(c, predict(shape, c, target, profile, pack)) for c in (configs or candidates(shape, target))]
+    scored = [(c, predict(shape, c, target, profile, pack, a_stride)) for c in (configs or candidates(shape, target))]
     return sorted((s for s in scored if s[1].ok), key=lambda s: s[1].seconds)
 
 
 @functools.lru_cache(maxsize=4096)
 def _best(shape: tuple[int, int, int, int], target: CpuTarget, pack: tuple[float, float],
-          profile: HardwareProfile) -> MatmulConfig:
-    ranked = rank(shape, target, pack=pack, profile=profile)
+          profile: HardwareProfile, a_stride: int | None) -> MatmulConfig:
+    ranked = rank(shape, target, pack=pack, profile=profile, a_stride=a_stride)
     return ranked[0][0] if ranked else default_config(shape, target)
 
 
 def best_config(shape: tuple[int, int, int, int], target: CpuTarget,
-                pack: tuple[float, float] = DEFAULT_PACK) -> MatmulConfig:
+                pack: tuple[float, float] = DEFAULT_PACK, a_stride: int | None = None) -> MatmulConfig:
     """The model's top choice for ``shape`` on ``target``: what ``tune=0`` builds."""
-    return _best(tuple(int(x) for x in shape), target, pack, profile_for(target))
+    return _best(tuple(int(x) for x in shape), target, pack, profile_for(target), a_stride)

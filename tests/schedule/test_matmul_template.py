@@ -13,7 +13,8 @@ from taskloom.ir import expr as E
 from taskloom.ir import stmt as S
 from taskloom.ir.functor import Rewriter
 from taskloom.schedule.templates.matmul_cpu import (LINE_FLOATS, MatmulConfig, blocking, core_grid, default_config,
-                                                    matmul_program, matmul_space, pack_b_panels, reads_b_in_place)
+                                                    matmul_program, matmul_space, pack_b_panels, reads_a_in_place,
+                                                    reads_b_in_place)
 from taskloom.target import get_target, host_target
 
 HOST = host_target()
@@ -27,15 +28,16 @@ def every_product_shares_its_cores(monkeypatch):
     monkeypatch.setattr(matmul_cpu, "SERIAL_FMAS", 0)
 
 
-def run(shape, config, target, prepacked_b=0, prefetch_b=False):
+def run(shape, config, target, prepacked_b=0, prefetch_b=False, a_stride=None):
     """The template's product against numpy; with ``prepacked_b`` (1: one B for every batch,
-    or the batch), B is handed over as prepacked panels."""
+    or the batch), B is handed over as prepacked panels; ``a_stride=0`` makes it pack A."""
     Bt, M, N, K = shape
     rng = np.random.default_rng(sum(shape))
     A = rng.standard_normal((Bt, M, K), dtype=np.float32)
     B = rng.standard_normal((prepacked_b or Bt, K, N), dtype=np.float32)
     C = np.full((Bt, M, N), np.nan, dtype=np.float32)
-    program = matmul_program(shape, config, target, prepacked_b=prepacked_b, prefetch_b=prefetch_b)
+    program = matmul_program(shape, config, target, prepacked_b=prepacked_b, prefetch_b=prefetch_b,
+                             a_stride=a_stride)
     b_arg = pack_b_panels(B, config, target) if prepacked_b else B
     taskloom.build(program, target)["matmul"](A, b_arg, C)
     ref = np.matmul(A.astype(np.float64), B.astype(np.float64))
@@ -103,6 +105,35 @@ def test_one_row_of_tiles_reads_b_in_place(target):
     tall = MatmulConfig(4, 2, 16, 8, 2 * lanes, 1, P)
     assert not reads_b_in_place((1, 5, 64, 64), tall, target)
     assert matmul_program((1, 5, 64, 64), tall, target).attr("packs_b") is True
+
+
+@pytest.mark.parametrize("target", [HOST, AVX2], ids=["host", "avx2"])
+def test_packed_and_in_place_a_on_sampled_configs(target):
+    """A packed into blocks (told it does not copy plainly) and A read where it lies give
+    the same numbers on every tile and core grid: rows past M, K in several blocks, a batch."""
+    lanes = target.vector_lanes(taskloom.ir.f32)
+    small = MatmulConfig(3, 2, 16, 6, 2 * lanes, target.num_cores, 1)
+    for k, config in enumerate([small, *sample(matmul_space(target), 6)]):
+        for shape in SHAPES[k % 2::2]:
+            for a_stride in (0, shape[3]):
+                program = matmul_program(shape, config, target, a_stride=a_stride)
+                assert program.attr("packs_a") is not reads_a_in_place(shape, config, target, a_stride)
+                run(shape, config, target, a_stride=a_stride)
+
+
+def test_a_is_read_in_place_unless_its_rows_crowd_l1_sets():
+    """A plain A is read in place when a block has at most four column panels, or when a
+    tile's rows spread over L1's sets; rows 512 or 1024 floats apart in a block of eight
+    panels are packed, and so is an A that does not copy plainly."""
+    c64 = MatmulConfig(6, 4, 144, 906, 1024, 2, 1)
+    assert reads_a_in_place((1, 784, 128, 512), c64, HOST, 512)  # two panels
+    assert reads_a_in_place((1, 1568, 512, 64), c64, HOST, 64)  # eight panels, rows 256 bytes apart
+    assert reads_a_in_place((1, 512, 512, 768), c64, HOST, 768)  # rows 3 KiB apart: two per set
+    assert not reads_a_in_place((1, 512, 512, 512), c64, HOST, 512)  # three rows on the same sets
+    assert not reads_a_in_place((1, 1024, 1024, 1024), MatmulConfig(6, 4, 144, 906, 1024, 1, 2), HOST, 1024)
+    assert not reads_a_in_place((1, 784, 128, 512), c64, HOST, 0)
+    assert matmul_program((1, 512, 512, 512), c64, HOST).attr("packs_a") is True
+    assert matmul_program((1, 784, 128, 512), c64, HOST).attr("packs_a") is False
 
 
 @pytest.mark.parametrize("target", [HOST, AVX2], ids=["host", "avx2"])

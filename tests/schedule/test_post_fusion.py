@@ -47,7 +47,8 @@ def check(graph, inputs, ref, n_kernels=1, rtol=1e-4):
 
 def template_kernels(c):
     source = open(c.meta["source"]).read()
-    return source.count("pack A's MC x KC block")  # once per template kernel, whatever its edge tiles
+    # a C function holding the template's micro-kernel (one or several, for edge tiles)
+    return sum("the micro-kernel: MR x NV vector FMAs per k" in f for f in source.split("\nvoid "))
 
 
 # ----------------------------------------------------------------------------- matching
@@ -182,6 +183,31 @@ def test_a_few_rows_read_b_in_place_with_its_prologue():
         assert template_kernels(c) == 1
     c = check(Graph([x, t], [ops.matmul(x, ops.transpose(t, 0, 1))]), [a, bt], a @ bt.T)
     assert template_kernels(c) == 1 and "pack B's" in open(c.meta["source"]).read()
+
+
+def test_a_plain_a_is_read_in_place_and_a_computed_one_packed():
+    """A matrix, or a 1x1 convolution's NHWC input, is read where it lies (rows K apart, or
+    two pixels' channels apart with stride 2); a transposed or computed A is packed, and the
+    numbers agree either way."""
+    from taskloom.schedule.select import a_row_stride
+    t = host_target()
+    a, w, at = arr(50, 64), arr(64, 40), arr(64, 50)
+    x, y, xt = input((50, 64), name="x"), input((64, 40), name="w"), input((64, 50), name="xt")
+    for ins, out, arrays, ref, stride in (([x, y], ops.matmul(x, y), [a, w], a @ w, 64),
+                                          ([x, y], ops.matmul(ops.relu(x), y), [a, w], np.maximum(a, 0) @ w, 0),
+                                          ([xt, y], ops.matmul(ops.transpose(xt, 0, 1), y), [at, w], at.T @ w, 0)):
+        (g,) = groups(Graph(ins, [out]))
+        assert a_row_stride(match_contraction(g.task), t) == stride
+        c = check(Graph(ins, [out]), arrays, ref)
+        assert template_kernels(c) == 1
+        assert ("pack A's" in open(c.meta["source"]).read()) is (stride == 0)
+    img, X, W = input((1, 9, 9, 16), name="img"), arr(1, 9, 9, 16), arr(1, 1, 16, 24)
+    for st, stride in ((1, 16), (2, 32)):
+        graph = Graph([img], [ops.conv2d(img, const(W), stride=st, layout="NHWC")])
+        (g,) = groups(graph)
+        assert a_row_stride(match_contraction(g.task), t) == stride
+        ref = F.conv2d(torch.from_numpy(X).permute(0, 3, 1, 2), torch.from_numpy(W).permute(3, 2, 0, 1), stride=st)
+        check(graph, [X], ref.permute(0, 2, 3, 1).numpy())
 
 
 def test_a_vector_times_a_matrix_takes_the_template_unless_b_is_transposed():

@@ -103,6 +103,16 @@ def test_a_band_one_tile_high_reads_b_in_place():
     assert taller.parts["pack_b"] > plain.parts["pack_b"]
 
 
+def test_a_read_in_place_prices_no_copy():
+    """A plain A whose block has few column panels is read in place: only its reads are
+    priced; told A does not copy plainly (``a_stride=0``), the copy is priced too."""
+    shape, config = (1, 3136, 64, 256), MatmulConfig(6, 4, 144, 906, 1024, 2, 1)
+    in_place, packed = predict(shape, config), predict(shape, config, a_stride=0)
+    assert in_place.parts["pack_a"] < packed.parts["pack_a"]
+    assert in_place.parts["kernel"] == packed.parts["kernel"]
+    assert predict(shape, config, a_stride=256).seconds == in_place.seconds  # the default: K
+
+
 def test_rank_orders_and_best_config_is_its_head():
     shape = (1, 128, 768, 768)
     ranked = model.rank(shape, AVX512, profile=PROFILE)

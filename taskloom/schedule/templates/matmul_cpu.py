@@ -113,7 +113,7 @@ def blocking(shape: tuple[int, int, int, int], config: MatmulConfig,
 
 def matmul_program(shape: tuple[int, int, int, int], config: MatmulConfig, target: CpuTarget,
                    name: str = "matmul", prepacked_b: int = 0, b_vectorizes: bool = True,
-                   prefetch_b: bool = False) -> S.Function:
+                   prefetch_b: bool = False, a_stride: int | None = None) -> S.Function:
     """The kernel ``name(A: f32[Bt, M, K], B: f32[Bt, K, N], C: f32[Bt, M, N])`` for
     ``shape = (Bt, M, N, K)``, scheduled by ``config`` for ``target``.
 
@@ -122,7 +122,10 @@ def matmul_program(shape: tuple[int, int, int, int], config: MatmulConfig, targe
     (:func:`pack_b_panels`, done once when B is a weight), and the kernel packs only A.
     ``b_vectorizes`` says whether B, as fusion will read it, copies by vectors (an input in
     order, or vector arithmetic on one): only then may a band one tile high read B in place
-    (:func:`reads_b_in_place`); a gathered or lane-by-lane B is packed.
+    (:func:`reads_b_in_place`); a gathered or lane-by-lane B is packed. ``a_stride`` is the
+    distance in elements between two rows of A as fusion reads it when A copies plainly
+    (``K`` for a row-major matrix, the default; 0 when A is gathered or computed): it
+    decides whether the micro-kernel reads A in place (:func:`reads_a_in_place`).
 
     >>> fn = matmul_program((1, 100, 70, 33), default_config(...), host_target())
     """
@@ -153,6 +156,7 @@ def matmul_program(shape: tuple[int, int, int, int], config: MatmulConfig, targe
     PB = prepacked_b
     B_SHAPE = (PB, cdiv(N, NR), K, NR) if PB else (Bt, K, N)
     PACK_B = not PB and not reads_b_in_place((Bt, M, N, K), c, target, b_vectorizes)
+    PACK_A = not reads_a_in_place((Bt, M, N, K), c, target, K if a_stride is None else a_stride)
     SLIVERS = cdiv(min(MC, BAND_M), MR)  # micro-kernel calls on one B panel, in a full MC block
     # a band one tile high reads each panel once, in order, which the hardware prefetcher
     # follows (1 x 768 x 768: 10% slower with the hints when B is in L2, 2% faster from memory)
@@ -181,7 +185,8 @@ def matmul_program(shape: tuple[int, int, int, int], config: MatmulConfig, targe
     @kernel
     def matmul(A: f32[Bt, M, K], B: f32[B_SHAPE], C: f32[Bt, M, N]):
         for w in parallel(P):
-            Ap = local_tensor(f32, [MC, KCP])
+            if PACK_A:
+                Ap = local_tensor(f32, [MC, KCP])
             if PACK_B:
                 Bp = local_tensor(f32, [NC // NR, KC, NR])
             Cb = local_tensor(f32, [CB_ROWS, CB_COLS])
@@ -207,13 +212,14 @@ def matmul_program(shape: tuple[int, int, int, int], config: MatmulConfig, targe
                             for mb in range(cdiv(m_hi - m_lo, MC)):
                                 m0 = m_lo + mb * MC
                                 mm = min(MC, m_hi - m0)
-                                "pack A's MC x KC block by vectors along K; rows past M repeat row M-1 (never stored)"
-                                for i in range(cdiv(mm, MR) * MR):
-                                    for kv in range(kn // L):
-                                        vstore(Ap[i, kv * L], vload(A[b, min(m0 + i, M - 1), k0 + kv * L], L))
-                                    if kn % L != 0:
-                                        kt = kn - kn % L
-                                        vstore(Ap[i, kt], vload(A[b, min(m0 + i, M - 1), k0 + kt], L, kn % L))
+                                if PACK_A:
+                                    "pack A's MC x KC block by vectors along K; rows past M repeat row M-1 (never stored)"
+                                    for i in range(cdiv(mm, MR) * MR):
+                                        for kv in range(kn // L):
+                                            vstore(Ap[i, kv * L], vload(A[b, min(m0 + i, M - 1), k0 + kv * L], L))
+                                        if kn % L != 0:
+                                            kt = kn - kn % L
+                                            vstore(Ap[i, kt], vload(A[b, min(m0 + i, M - 1), k0 + kt], L, kn % L))
                                 for jr in range(cdiv(nn, NR)):
                                     if PF:
                                         "the B chunk read after this one: the next panel, or the first of the next K block or N block"
@@ -256,7 +262,10 @@ def matmul_program(shape: tuple[int, int, int, int], config: MatmulConfig, targe
                                                                     prefetch(B[min(b, PB - 1), pf_panel, pf_row + e // NR, e % NR])
                                                     "one broadcast of A lives at a time: MR x NV + NV + 1 registers"
                                                     for i in unroll(tmr):
-                                                        a = broadcast(Ap[ir * MR + i, k], L)
+                                                        if PACK_A:
+                                                            a = broadcast(Ap[ir * MR + i, k], L)
+                                                        else:  # a tile's rows of A, read where they lie
+                                                            a = broadcast(A[b, m0 + ir * MR + i, k0 + k], L)
                                                         for v in unroll(tnv):
                                                             acc[i, v] = fma(a, bv[v], acc[i, v])
                                                 if PF and K % KC != 0:
@@ -284,7 +293,8 @@ def matmul_program(shape: tuple[int, int, int, int], config: MatmulConfig, targe
                       (("template", "matmul_cpu"),
                        ("config", str(c) + (f" (on {P} core{'s' if P > 1 else ''})" if P != c.pm * c.pn else "")),
                        ("shape", (Bt, M, N, K)),
-                       ("pack_aligned", True), ("prepacked_b", PB), ("packs_b", PACK_B), ("prefetch_b", PF)))
+                       ("pack_aligned", True), ("prepacked_b", PB), ("packs_a", PACK_A), ("packs_b", PACK_B),
+                       ("prefetch_b", PF)))
 
 
 def reads_b_in_place(shape: tuple[int, int, int, int], config: MatmulConfig, target: CpuTarget,
@@ -298,6 +308,37 @@ def reads_b_in_place(shape: tuple[int, int, int, int], config: MatmulConfig, tar
     the FMA loop."""
     BAND_M = blocking(shape, config, target)[0]
     return b_vectorizes and cdiv(BAND_M, config.mr) == 1
+
+
+#: Bytes after which L1's set index repeats: 64 sets of 64-byte lines on every x86 core
+#: taskloom targets (a 48 KiB 12-way and a 32 KiB 8-way L1 alike).
+L1_SET_SPAN = 4096
+
+
+def reads_a_in_place(shape: tuple[int, int, int, int], config: MatmulConfig, target: CpuTarget,
+                     a_stride: int) -> bool:
+    """Whether the micro-kernel broadcasts A's elements where they lie instead of from a
+    packed MC x KC block. Packing copies every element of A once per K block, from L3 when A
+    is large, before any FMA runs; reading in place skips that copy (3136 x 64 x 256: 25%
+    faster, 784 x 128 x 512: 5%, 128 x 768 x 768: 2%, measured). It takes an A that fusion
+    reads by plain copies, its rows ``a_stride`` elements apart (0: A is gathered or
+    computed, and is packed). Each column panel of a block reads the tile's rows again:
+    when three or more of its MR rows land on the same L1 sets (rows of 512 or 1024
+    floats) they evict each other and the B panel, which a block of more than four panels
+    pays for more than the copy saves (512 x 512 x 512, 8 panels: 4% slower in place,
+    1024 x 1024 x 1024: 10%; 784 x 256 x 1024, 4 panels: level, measured)."""
+    if a_stride <= 0:
+        return False
+    _, _, _, NC, KC = blocking(shape, config, target)
+    if cdiv(NC, config.nv * target.vector_lanes(f32)) <= 4:
+        return True
+    sets = L1_SET_SPAN // (LINE_FLOATS * 4)
+    rows_on = [0] * sets
+    for i in range(config.mr):
+        first = (i * a_stride * 4) % L1_SET_SPAN // (LINE_FLOATS * 4)
+        for line in range(cdiv(KC, LINE_FLOATS) + 1):  # + 1: a row need not start on a line
+            rows_on[(first + line) % sets] += 1
+    return max(rows_on) <= 2
 
 
 def pack_b_panels(b: "np.ndarray", config: MatmulConfig, target: CpuTarget) -> "np.ndarray":

@@ -62,19 +62,26 @@ def workload_key(con: Contraction, kinds: tuple[str, str]) -> str:
 
 def a_row_stride(con: Contraction, target: CpuTarget) -> int:
     """The distance in elements between two rows of A as the fused kernel reads them, when
-    A's prologue is a plain copy of one input (a matrix, a 1x1 convolution's NHWC input):
-    what decides whether the template reads A in place
-    (:func:`~taskloom.schedule.templates.matmul_cpu.reads_a_in_place`); 0 otherwise."""
+    A's prologue reads one input at ``row(b, m) + k`` (a matrix, a 1x1 convolution's NHWC
+    input): what decides whether the template reads A in place
+    (:func:`~taskloom.schedule.templates.matmul_cpu.reads_a_in_place`); 0 otherwise. A
+    3x3 window copies by vectors too, but its offset divides k into taps and channels:
+    read in place, that arithmetic would run in the FMA loop (Inception-V3's stem: 1.6x
+    slower, measured)."""
     from taskloom.tune.model import pack_kinds
     a = con.a
-    if pack_kinds(con, target)[0] != "copy" or not isinstance(a, E.TensorElement):
+    if con.M < 2 or pack_kinds(con, target)[0] != "copy" or not isinstance(a, E.TensorElement):
         return 0
-    offset = row_major_offset(a.indices, a.tensor.shape)
-    at = {m: simplify_expr(substitute(E.as_expr(offset), {con.vb: E.as_expr(0), con.vm: E.as_expr(m),
-                                                          con.vk: E.as_expr(0)})) for m in (0, 1)}
-    if con.M < 2 or not all(isinstance(v, E.Constant) for v in at.values()):
+    offset = E.as_expr(row_major_offset(a.indices, a.tensor.shape))
+    if con.vk in E.free_vars(simplify_expr(offset - con.vk)):
         return 0
-    return max(0, int(at[1].value) - int(at[0].value))  # type: ignore[union-attr]
+
+    def at(m: int) -> E.Expr:
+        return simplify_expr(substitute(offset, {con.vb: E.as_expr(0), con.vm: E.as_expr(m), con.vk: E.as_expr(0)}))
+    first, second = at(0), at(1)
+    if not (isinstance(first, E.Constant) and isinstance(second, E.Constant)):
+        return 0
+    return max(0, int(second.value) - int(first.value))
 
 
 @dataclass(frozen=True)

@@ -121,19 +121,19 @@ def test_packed_and_in_place_a_on_sampled_configs(target):
                 run(shape, config, target, a_stride=a_stride)
 
 
-def test_a_is_read_in_place_unless_its_rows_crowd_l1_sets():
-    """A plain A is read in place when a block has at most four column panels, or when a
-    tile's rows spread over L1's sets; rows 512 or 1024 floats apart in a block of eight
-    panels are packed, and so is an A that does not copy plainly."""
+def test_a_is_read_in_place_in_blocks_of_few_panels_and_uncrowded_sets():
+    """A plain A is read in place when a block has at most four column panels and at most
+    two of a tile's rows share an L1 set; more panels, rows 512 floats apart, nine rows 768
+    apart, or an A that does not copy plainly, and A is packed."""
     c64 = MatmulConfig(6, 4, 144, 906, 1024, 2, 1)
-    assert reads_a_in_place((1, 784, 128, 512), c64, HOST, 512)  # two panels
-    assert reads_a_in_place((1, 1568, 512, 64), c64, HOST, 64)  # eight panels, rows 256 bytes apart
-    assert reads_a_in_place((1, 512, 512, 768), c64, HOST, 768)  # rows 3 KiB apart: two per set
-    assert not reads_a_in_place((1, 512, 512, 512), c64, HOST, 512)  # three rows on the same sets
-    assert not reads_a_in_place((1, 1024, 1024, 1024), MatmulConfig(6, 4, 144, 906, 1024, 1, 2), HOST, 1024)
-    assert not reads_a_in_place((1, 784, 128, 512), c64, HOST, 0)
+    assert reads_a_in_place((1, 3136, 64, 256), c64, HOST, 256)  # one panel, rows 1 KiB apart
+    assert reads_a_in_place((1, 3136, 256, 64), c64, HOST, 64)  # four panels, rows 256 bytes apart
+    assert not reads_a_in_place((1, 1568, 512, 64), c64, HOST, 64)  # eight panels
+    assert not reads_a_in_place((1, 784, 128, 512), c64, HOST, 512)  # three rows on the same sets
+    assert not reads_a_in_place((1, 289, 192, 768), MatmulConfig(9, 3, 192, 675, 1024, 1, 2), HOST, 768)
+    assert not reads_a_in_place((1, 3136, 64, 256), c64, HOST, 0)
     assert matmul_program((1, 512, 512, 512), c64, HOST).attr("packs_a") is True
-    assert matmul_program((1, 784, 128, 512), c64, HOST).attr("packs_a") is False
+    assert matmul_program((1, 3136, 64, 256), c64, HOST).attr("packs_a") is False
 
 
 @pytest.mark.parametrize("target", [HOST, AVX2], ids=["host", "avx2"])

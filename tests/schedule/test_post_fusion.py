@@ -187,8 +187,8 @@ def test_a_few_rows_read_b_in_place_with_its_prologue():
 
 def test_a_plain_a_is_read_in_place_and_a_computed_one_packed():
     """A matrix, or a 1x1 convolution's NHWC input, is read where it lies (rows K apart, or
-    two pixels' channels apart with stride 2); a transposed or computed A is packed, and the
-    numbers agree either way."""
+    two pixels' channels apart with stride 2); a transposed or computed A, or a 3x3 window,
+    is packed, and the numbers agree either way."""
     from taskloom.schedule.select import a_row_stride
     t = host_target()
     a, w, at = arr(50, 64), arr(64, 40), arr(64, 50)
@@ -208,6 +208,9 @@ def test_a_plain_a_is_read_in_place_and_a_computed_one_packed():
         assert a_row_stride(match_contraction(g.task), t) == stride
         ref = F.conv2d(torch.from_numpy(X).permute(0, 3, 1, 2), torch.from_numpy(W).permute(3, 2, 0, 1), stride=st)
         check(graph, [X], ref.permute(0, 2, 3, 1).numpy())
+    # a 3x3 window copies by vectors of channels, but its offset splits k into taps: packed
+    (g,) = groups(Graph([img], [ops.conv2d(img, const(arr(3, 3, 16, 24)), layout="NHWC")]))
+    assert a_row_stride(match_contraction(g.task), t) == 0
 
 
 def test_a_vector_times_a_matrix_takes_the_template_unless_b_is_transposed():

@@ -320,18 +320,22 @@ def reads_a_in_place(shape: tuple[int, int, int, int], config: MatmulConfig, tar
     """Whether the micro-kernel broadcasts A's elements where they lie instead of from a
     packed MC x KC block. Packing copies every element of A once per K block, from L3 when A
     is large, before any FMA runs; reading in place skips that copy (3136 x 64 x 256: 25%
-    faster, 784 x 128 x 512: 5%, 128 x 768 x 768: 2%, measured). It takes an A that fusion
+    faster, 3136 x 64 x 64: 15%, 3136 x 256 x 64: 5%, measured). It takes an A that fusion
     reads by plain copies, its rows ``a_stride`` elements apart (0: A is gathered or
-    computed, and is packed). Each column panel of a block reads the tile's rows again:
-    when three or more of its MR rows land on the same L1 sets (rows of 512 or 1024
-    floats) they evict each other and the B panel, which a block of more than four panels
-    pays for more than the copy saves (512 x 512 x 512, 8 panels: 4% slower in place,
-    1024 x 1024 x 1024: 10%; 784 x 256 x 1024, 4 panels: level, measured)."""
+    computed, and is packed), and two conditions, since every column panel of a block reads
+    a tile's rows again, from L2, where a packed block is one contiguous stream:
+
+    - at most four panels in a block (ResNet-50's 196 x 1024 x 256, eight panels a core:
+      20-29% slower in place, measured);
+    - at most two of a tile's rows on the same L1 sets: rows of 512 or 1024 floats, or nine
+      rows of 768, evict each other and the B panel (Inception-V3's 289 x 192 x 768 in 9-row
+      tiles, two panels: 16% slower in place, measured).
+    """
     if a_stride <= 0:
         return False
     _, _, _, NC, KC = blocking(shape, config, target)
-    if cdiv(NC, config.nv * target.vector_lanes(f32)) <= 4:
-        return True
+    if cdiv(NC, config.nv * target.vector_lanes(f32)) > 4:
+        return False
     sets = L1_SET_SPAN // (LINE_FLOATS * 4)
     rows_on = [0] * sets
     for i in range(config.mr):

@@ -1,0 +1,72 @@
+"""Whole models compiled two ways in one process and timed in alternating rounds, so that
+drift hits both. ``--switch`` picks what differs:
+
+- ``prefetch``: every kernel told the weights do not stream (no panels prefetched), then
+  that they do, whatever the graph's size says;
+- ``a-in-place``: the matmul template told every A must be packed, then the real distance
+  between A's rows, which lets it read a plain A in place.
+
+    python bench/model_ab.py --switch prefetch resnet50 bert --rounds 10
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from typing import Any
+from unittest import mock
+
+import numpy as np
+
+import taskloom
+from taskloom.bench import zoo
+from taskloom.bench.peers import first_output
+from taskloom.bench.timing import machine, time_rounds
+from taskloom.schedule import select
+
+
+def _prefetch(on: bool) -> Any:
+    forced = lambda *a, **k: select.schedule_kernel(*a, **{**k, "weights_stream": on})  # noqa: E731
+    return mock.patch("taskloom.compiler.graph_compiler.schedule_kernel", forced)
+
+
+def _a_in_place(on: bool) -> Any:
+    real = select.a_row_stride
+    return mock.patch("taskloom.schedule.select.a_row_stride", real if on else (lambda con, target: 0))
+
+
+#: switch -> (patch for off or on, the two columns' names)
+SWITCHES = {"prefetch": (_prefetch, ("not prefetched", "prefetched")),
+            "a-in-place": (_a_in_place, ("A packed", "A in place"))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("models", nargs="+")
+    p.add_argument("--switch", choices=sorted(SWITCHES), required=True)
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--seq", type=int, default=128)
+    p.add_argument("--rounds", type=int, default=10)
+    args = p.parse_args(argv)
+    patch, (off_name, on_name) = SWITCHES[args.switch]
+    print(f"machine: {machine()}")
+    print(f"| model | weights (MiB) | {off_name} ms | {on_name} ms | speed-up |\n|---|---|---|---|---|")
+    for name in args.models:
+        model, inputs = zoo.build(name, args.batch, args.seq, 0)
+        compiled = []
+        for on in (False, True):
+            with patch(on):
+                compiled.append(taskloom.compile(model, tuple(inputs)))
+        off, on_ = compiled
+        data = [x.numpy() for x in inputs]
+        np.testing.assert_allclose(first_output(off(*data)), first_output(on_(*data)), rtol=1e-4, atol=1e-4)
+        times = time_rounds({"off": lambda: off(*data), "on": lambda: on_(*data)}, repeats=10, rounds=args.rounds)
+        med = {k: statistics.median(t for r in v for t in r) for k, v in times.items()}  # type: ignore[union-attr]
+        mib = sum(c.nbytes for c in on_.constants) / 2 ** 20
+        print(f"| {name} | {mib:.0f} | {med['off']:.2f} | {med['on']:.2f} | {med['off'] / med['on']:.3f} |",
+              flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

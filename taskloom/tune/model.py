@@ -20,8 +20,8 @@ of the ``PM x PN`` grid, as Roller prices an rTile by the traffic of each memory
   the band's partial-sum buffer (``BAND_M x NC``), from L2, L3 or DRAM as that buffer fits
   (small K blocks on a 4096 x 4096 product stream 32 MiB of partial sums per block).
 - **packing**: every element of A is packed once per column block, of B once per band (a
-  band one tile high reads B in place, and a plain A whose rows spread over L1's sets is
-  read in place: only their reads count); a
+  band one tile high reads B in place, and so does a plain A in blocks of few column panels
+  whose rows spread over L1's sets: only their reads count); a
   packed element costs its reads from wherever the operand lives (L2, L3 or DRAM, sized
   by the operand against the caches, DRAM shared by the busy cores) and the copy itself,
   which is cheap for a contiguous vector copy and about a cycle per element for a prologue
@@ -239,7 +239,11 @@ def b_vectorizes(pack: tuple[float, float], lanes: int) -> bool:
 def plain_a_stride(shape: tuple[int, int, int, int], pack: tuple[float, float]) -> int:
     """The distance between A's rows, ``K``, when A packs by plain copies (``pack[0]``) as a
     row-major matrix does; 0 (A is packed) when its prologue computes or gathers: what the
-    template is told when nothing better is known (:func:`~taskloom.schedule.templates.matmul_cpu.reads_a_in_place`)."""
+    template is told when nothing better is known
+    (:func:`~taskloom.schedule.templates.matmul_cpu.reads_a_in_place`). The learned cost
+    model, which knows a tuning record only by its key, assumes it for every record, also
+    for a window without padding that copies plainly but is packed (its offset is not
+    ``row + k``: :func:`~taskloom.schedule.select.a_row_stride`)."""
     return int(shape[3]) if pack[0] <= pack_cost("copy", 1) else 0
 
 

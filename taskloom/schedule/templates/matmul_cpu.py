@@ -20,10 +20,14 @@ past N are packed as zeros and masked off when stored, and K's last block is sho
 tiles of C's last, partial row and column of tiles run a micro-kernel of only their real
 rows and vectors, so those rows and zero columns cost no FMAs.
 
+A plain A (a matrix, a 1x1 convolution's NHWC input) is read in place instead when a block
+has few column panels and a tile's rows do not crowd L1's sets (:func:`reads_a_in_place`):
+the micro-kernel broadcasts ``A[b, m, k]`` itself, and no A block is copied.
+
 The template reads its operands only through the packing loops (scalar element reads of
 ``A[b, m, k]`` and ``B[b, k, n]``, copied a vector at a time, each copy starting at a multiple of the vector
-length: the ``pack_aligned`` attribute) and writes C only through the micro-kernel's final
-vector stores. That is the whole contract post-scheduling fusion needs
+length: the ``pack_aligned`` attribute), or by element or vector in the micro-kernel when it
+reads one in place, and writes C only through the micro-kernel's final vector stores. That is the whole contract post-scheduling fusion needs
 (:mod:`taskloom.schedule.post_fusion`): it replaces those reads with the group's prologue
 and those stores with its epilogue, so the template knows nothing about fusion. Partial
 sums of an output tile when K spans several blocks live in a per-core buffer, never in C.

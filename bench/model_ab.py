@@ -32,7 +32,7 @@ def _prefetch(on: bool) -> Any:
 
 def _a_in_place(on: bool) -> Any:
     real = select.a_row_stride
-    return mock.patch("taskloom.schedule.select.a_row_stride", real if on else (lambda con, target: 0))
+    return mock.patch("taskloom.schedule.select.a_row_stride", real if on else (lambda con, a_kind: 0))
 
 
 #: switch -> (patch for off or on, the two columns' names)

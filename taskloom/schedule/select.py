@@ -60,17 +60,17 @@ def workload_key(con: Contraction, kinds: tuple[str, str]) -> str:
     return "matmul_cpu/" + "x".join(str(d) for d in con.shape) + f"/pack{a}+{b}/" + digest
 
 
-def a_row_stride(con: Contraction, target: CpuTarget) -> int:
+def a_row_stride(con: Contraction, a_kind: str) -> int:
     """The distance in elements between two rows of A as the fused kernel reads them, when
-    A's prologue reads one input at ``row(b, m) + k`` (a matrix, a 1x1 convolution's NHWC
+    A packs by plain copies (``a_kind``, its :func:`~taskloom.tune.model.pack_kinds` kind,
+    is ``copy``) of one input at ``row(b, m) + k`` (a matrix, a 1x1 convolution's NHWC
     input): what decides whether the template reads A in place
     (:func:`~taskloom.schedule.templates.matmul_cpu.reads_a_in_place`); 0 otherwise. A
     3x3 window copies by vectors too, but its offset divides k into taps and channels:
     read in place, that arithmetic would run in the FMA loop (Inception-V3's stem: 1.6x
     slower, measured)."""
-    from taskloom.tune.model import pack_kinds
     a = con.a
-    if con.M < 2 or pack_kinds(con, target)[0] != "copy" or not isinstance(a, E.TensorElement):
+    if con.M < 2 or a_kind != "copy" or not isinstance(a, E.TensorElement):
         return 0
     offset = E.as_expr(row_major_offset(a.indices, a.tensor.shape))
     if con.vk in E.free_vars(simplify_expr(offset - con.vk)):
@@ -110,7 +110,7 @@ def tunable(con: Contraction, target: CpuTarget, prepacked_b: int = 0, prefetch_
     lanes = target.vector_lanes(float32)
     pack = kinds_cost(kinds, lanes)
     in_place = b_vectorizes(pack, lanes)
-    a_stride = a_row_stride(con, target)
+    a_stride = a_row_stride(con, kinds[0])
 
     def fused(c: MatmulConfig, name: str = "fused") -> S.Function:
         return fuse_contraction(matmul_program(con.shape, c, target, name=name, b_vectorizes=in_place,

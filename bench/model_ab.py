@@ -4,9 +4,14 @@ drift hits both. ``--switch`` picks what differs:
 - ``prefetch``: every kernel told the weights do not stream (no panels prefetched), then
   that they do, whatever the graph's size says;
 - ``a-in-place``: the matmul template told every A must be packed, then the real distance
-  between A's rows, which lets it read a plain A in place.
+  between A's rows, which lets it read a plain A in place;
+- ``k-block``: K cut into blocks of the config's ``kc`` and a short remainder, then into
+  as many blocks made as equal as whole vectors allow (``matmul_cpu.k_block``).
 
     python bench/model_ab.py --switch prefetch resnet50 bert --rounds 10
+    python bench/model_ab.py --switch k-block matmul:512,512,512 --rounds 15
+
+A model is a name of ``taskloom bench model``'s zoo, or ``matmul:M,N,K`` for one product.
 """
 from __future__ import annotations
 
@@ -22,7 +27,9 @@ import taskloom
 from taskloom.bench import zoo
 from taskloom.bench.peers import first_output
 from taskloom.bench.timing import machine, time_rounds
+from taskloom.ir.index import round_up
 from taskloom.schedule import select
+from taskloom.schedule.templates import matmul_cpu
 
 
 def _prefetch(on: bool) -> Any:
@@ -35,9 +42,27 @@ def _a_in_place(on: bool) -> Any:
     return mock.patch("taskloom.schedule.select.a_row_stride", real if on else (lambda con, a_kind: 0))
 
 
+def _k_block(on: bool) -> Any:
+    real = matmul_cpu.k_block
+    return mock.patch.object(matmul_cpu, "k_block", real if on else (lambda K, kc, lanes: min(round_up(kc, lanes), K)))
+
+
 #: switch -> (patch for off or on, the two columns' names)
 SWITCHES = {"prefetch": (_prefetch, ("not prefetched", "prefetched")),
-            "a-in-place": (_a_in_place, ("A packed", "A in place"))}
+            "a-in-place": (_a_in_place, ("A packed", "A in place")),
+            "k-block": (_k_block, ("K blocks of kc", "K blocks evened out"))}
+
+
+def _matmul(spec: str) -> tuple[Any, tuple[Any, ...]]:
+    """``matmul:M,N,K``: one product of two inputs, as ``taskloom bench op matmul`` times it."""
+    import torch
+    M, N, K = (int(x) for x in spec.split(":", 1)[1].split(","))
+
+    class MatMul(torch.nn.Module):
+        def forward(self, a: Any, b: Any) -> Any:
+            return a @ b
+    torch.manual_seed(0)
+    return MatMul().eval(), (torch.rand(M, K), torch.rand(K, N))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {machine()}")
     print(f"| model | weights (MiB) | {off_name} ms | {on_name} ms | speed-up |\n|---|---|---|---|---|")
     for name in args.models:
-        model, inputs = zoo.build(name, args.batch, args.seq, 0)
+        model, inputs = _matmul(name) if name.startswith("matmul:") else zoo.build(name, args.batch, args.seq, 0)
         compiled = []
         for on in (False, True):
             with patch(on):

@@ -13,8 +13,9 @@ from taskloom.ir import expr as E
 from taskloom.ir import stmt as S
 from taskloom.ir.functor import Rewriter
 from taskloom.schedule.templates.matmul_cpu import (LINE_FLOATS, MatmulConfig, blocking, core_grid, default_config,
-                                                    matmul_program, matmul_space, pack_b_panels, reads_a_in_place,
-                                                    reads_b_in_place)
+                                                    k_block, matmul_program, matmul_space, pack_b_panels,
+                                                    reads_a_in_place, reads_b_in_place)
+from taskloom.ir.index import round_up
 from taskloom.target import get_target, host_target
 
 HOST = host_target()
@@ -86,6 +87,27 @@ def test_small_blocks_exercise_every_edge(target):
                    MatmulConfig(2, 3, 7, 4, 3 * lanes, 1, target.num_cores)):
         for shape in ((1, 23, 5 * lanes + 3, 50), (2, 9, 2 * lanes - 1, 33)):
             run(shape, config, target)
+
+
+@given(K=st.integers(1, 5000), kc=st.integers(1, 600), lanes=st.sampled_from([8, 16]))
+def test_k_blocks_are_even_and_never_more_or_larger(K, kc, lanes):
+    """The K block evens out the config's: whole vectors (or all of K), the same number of
+    blocks, none larger, and a last block at least as long as the config's own would leave."""
+    KC, own = k_block(K, kc, lanes), min(round_up(kc, lanes), K)
+    assert KC == K or KC % lanes == 0
+    assert KC <= own and cdiv(K, KC) == cdiv(K, own)
+    assert K - (cdiv(K, KC) - 1) * KC >= K - (cdiv(K, own) - 1) * own
+
+
+@pytest.mark.parametrize("target", [HOST, AVX2], ids=["host", "avx2"])
+def test_evened_k_blocks_compute_the_product(target):
+    """K = 300 in blocks of 144 would end with 12; evened out they are 112, 112 and 76
+    (AVX-512) or 104, 104 and 92 (AVX2)."""
+    config = MatmulConfig(4, 2, 144, 64, 1024, 1, target.num_cores)
+    KC = blocking((1, 13, 37, 300), config, target)[4]
+    assert KC == {16: 112, 8: 104}[target.vector_lanes(taskloom.ir.f32)]
+    assert f"K in 3 blocks of {KC}" in dict(matmul_program((1, 13, 37, 300), config, target).attrs)["config"]
+    run((1, 13, 37, 300), config, target)
 
 
 @pytest.mark.parametrize("target", [HOST, AVX2], ids=["host", "avx2"])

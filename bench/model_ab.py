@@ -25,6 +25,7 @@ import numpy as np
 
 import taskloom
 from taskloom.bench import zoo
+from taskloom.bench.op import MatmulProblem
 from taskloom.bench.peers import first_output
 from taskloom.bench.timing import machine, time_rounds
 from taskloom.ir.index import round_up
@@ -53,16 +54,16 @@ SWITCHES = {"prefetch": (_prefetch, ("not prefetched", "prefetched")),
             "k-block": (_k_block, ("K blocks of kc", "K blocks evened out"))}
 
 
-def _matmul(spec: str) -> tuple[Any, tuple[Any, ...]]:
-    """``matmul:M,N,K``: one product of two inputs, as ``taskloom bench op matmul`` times it."""
-    import torch
-    M, N, K = (int(x) for x in spec.split(":", 1)[1].split(","))
-
-    class MatMul(torch.nn.Module):
-        def forward(self, a: Any, b: Any) -> Any:
-            return a @ b
-    torch.manual_seed(0)
-    return MatMul().eval(), (torch.rand(M, K), torch.rand(K, N))
+def _subject(name: str, args: argparse.Namespace) -> tuple[tuple[Any, ...], list[np.ndarray]]:
+    """What ``taskloom.compile`` takes for ``name`` and the arrays to call the result on: a
+    zoo model with its example inputs, or for ``matmul:M,N,K`` the graph and inputs of
+    ``taskloom bench op matmul``."""
+    if name.startswith("matmul:"):
+        shape = tuple(int(x) for x in name.split(":", 1)[1].split(","))
+        problem = MatmulProblem(shape, argparse.Namespace(batch=None))
+        return (problem.trace(),), problem.taskloom_inputs()
+    model, inputs = zoo.build(name, args.batch, args.seq, 0)
+    return (model, tuple(inputs)), [x.numpy() for x in inputs]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,13 +78,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {machine()}")
     print(f"| model | weights (MiB) | {off_name} ms | {on_name} ms | speed-up |\n|---|---|---|---|---|")
     for name in args.models:
-        model, inputs = _matmul(name) if name.startswith("matmul:") else zoo.build(name, args.batch, args.seq, 0)
+        subject, data = _subject(name, args)
         compiled = []
         for on in (False, True):
             with patch(on):
-                compiled.append(taskloom.compile(model, tuple(inputs)))
+                compiled.append(taskloom.compile(*subject))
         off, on_ = compiled
-        data = [x.numpy() for x in inputs]
         np.testing.assert_allclose(first_output(off(*data)), first_output(on_(*data)), rtol=1e-4, atol=1e-4)
         times = time_rounds({"off": lambda: off(*data), "on": lambda: on_(*data)}, repeats=10, rounds=args.rounds)
         med = {k: statistics.median(t for r in v for t in r) for k, v in times.items()}  # type: ignore[union-attr]

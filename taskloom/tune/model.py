@@ -11,8 +11,9 @@ of the ``PM x PN`` grid, as Roller prices an rTile by the traffic of each memory
   rate the probe measured with every core busy; a call adds the accumulators' set-up and
   stores. Padded rows and columns
   at the edges (a 2039 matrix in 6-row tiles computes 2040 rows) are computed, so they cost.
-- **traffic**: the B panel (``KC x NR``) is reused by every row tile; when it and the A
-  micro-panel do not fit L1 together it streams from L2 on every call, at a share of the
+- **traffic**: the B panel (``KC x NR``) is reused by every row tile; when it, the A
+  micro-panel and the tile of partial sums do not fit L1's ways together
+  (:func:`l1_keeps_panel`) it streams from L2 on every call, at a share of the
   probed L2 bandwidth. The A micro-panel streams from L2 on every call.
   When the B block (``KC x NC``) does not fit L2 it comes back from L3 for every block of
   rows. Each call takes the longest of its compute and its streams (they overlap).
@@ -27,7 +28,8 @@ of the ``PM x PN`` grid, as Roller prices an rTile by the traffic of each memory
   which is cheap for a contiguous vector copy and about a cycle per element for a prologue
   that packs lane by lane (a 3x3 convolution's window: :func:`pack_costs`).
 - **balance**: the busiest core's band is what counts; a grid with idle cores or ragged
-  bands predicts slower.
+  bands predicts slower. Grids the model prices within 1% of each other are a tie, which
+  goes to the grid splitting more rows (:func:`rank`).
 
 Rejected before anything is built: tiles that need more vector registers than the target
 has, an A block or B panel larger than L2. A B panel larger than L1 is priced (its L2
@@ -42,8 +44,8 @@ from dataclasses import dataclass, field
 from taskloom.ir import cdiv
 from taskloom.ir import expr as E
 from taskloom.ir.dtypes import float32
-from taskloom.schedule.templates.matmul_cpu import (MatmulConfig, blocking, default_config, matmul_space,
-                                                     reads_a_in_place, reads_b_in_place)
+from taskloom.schedule.templates.matmul_cpu import (L1_SET_SPAN, MatmulConfig, blocking, default_config,
+                                                     matmul_space, reads_a_in_place, reads_b_in_place)
 from taskloom.target.cpu import CpuTarget
 from taskloom.target.probe import HardwareProfile, profile_for
 
@@ -73,6 +75,9 @@ DEFAULT_PACK = (VECTOR_COPY_CYCLES, VECTOR_COPY_CYCLES)
 #: kernels (three 1 x 64 x 64 linears: 2.6 us with a team of two, 1.1 with none, measured);
 #: none when the kernel runs on one core.
 PARALLEL_OVERHEAD_S = 0.5e-6
+#: Predicted times this close to the fastest are a tie, broken for the grid that splits more
+#: rows (see rank).
+GRID_TIE = 0.01
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,19 @@ class Prediction:
     @property
     def ok(self) -> bool:
         return self.rejected is None
+
+
+def l1_keeps_panel(b_panel: int, a_panel: int, c_tile: int, target: CpuTarget) -> bool:
+    """Whether a micro-kernel call's B panel (``b_panel`` bytes) stays in L1 from call to
+    call. Each thing a call touches is contiguous and so fills its share of L1's sets
+    evenly: a block of ``n`` bytes takes ``cdiv(n, L1_SET_SPAN)`` ways of the sets it
+    touches. The panel, the A micro-panel and the tile of partial sums (``c_tile``: read and
+    written by every call when K spans several blocks, else 0) must fit in the ways L1 has
+    together. By bytes alone, a 5 x 4-vector tile's panel with KC = 176 (99% of a 48 KiB L1
+    with its A micro-panel) would fit; side by side it ran 0-6% slower at 512³ and 5% at
+    1024³ than 6 x 4 with KC = 128."""
+    ways = target.l1d_bytes // L1_SET_SPAN
+    return sum(cdiv(n, L1_SET_SPAN) for n in (b_panel, a_panel, c_tile)) <= ways
 
 
 def _blocks(extent: int, block: int) -> list[int]:
@@ -152,11 +170,13 @@ def predict(shape: tuple[int, int, int, int], config: MatmulConfig, target: CpuT
     fma_cycles, load_cycles = MR * NV / FMA_PORTS, (MR + NV) / LOAD_PORTS
     step_cycles = max(fma_cycles, load_cycles) + LOAD_OVERLAP * min(fma_cycles, load_cycles)
     call_cycles = CALL_OVERHEAD_CYCLES + 2 * MR * NV / LOAD_PORTS  # accumulators in and out
-    # the B panel stays in L1 only if the A micro-panel streaming past it leaves it room; a
-    # B read in place is read once, from where it lies (priced with the packing below)
+    # the B panel stays in L1 only if what else a call touches leaves it room in every set
+    # (:func:`l1_keeps_panel`); a B read in place is read once, from where it lies (priced
+    # with the packing below)
     in_place = reads_b_in_place(shape, c, target, b_vectorizes(pack, L))
     a_in_place = reads_a_in_place(shape, c, target, plain_a_stride(shape, pack) if a_stride is None else a_stride)
-    b_from_l2 = not in_place and b_panel + MR * KC * 4 > target.l1d_bytes
+    partial_tile = MR * NR * 4 if KC < K else 0
+    b_from_l2 = not in_place and not l1_keeps_panel(b_panel, MR * KC * 4, partial_tile, target)
     l2_stream = l2 * L2_STREAM_SHARE
     kernel = 0.0
     for kn in k_blocks:
@@ -281,10 +301,24 @@ def rank(shape: tuple[int, int, int, int], target: CpuTarget, configs: list[Matm
          pack: tuple[float, float] = DEFAULT_PACK, profile: HardwareProfile | None = None,
          a_stride: int | None = None) -> list[tuple[MatmulConfig, Prediction]]:
     """``configs`` (default: :func:`candidates`) with their predictions, fastest first;
-    rejected configs are left out."""
+    rejected configs are left out.
+
+    The head is the exception: among the configs predicted within ``GRID_TIE`` of the
+    fastest, the one whose grid splits the most rows. A square product split by rows or by
+    columns is the same work to the model, and rows ran faster: 512³ 4.3% (geometric mean
+    of 23 configs in both grids, bench/results/2026-11-22-tune-model-clean) and 3.5-3.7%
+    side by side; 1024³ to 4096³ level (the rule ``default_config`` follows too)."""
     profile = profile or profile_for(target)
     scored = [(c, predict(shape, c, target, profile, pack, a_stride)) for c in (configs or candidates(shape, target))]
-    return sorted((s for s in scored if s[1].ok), key=lambda s: s[1].seconds)
+    ranked = sorted((s for s in scored if s[1].ok), key=lambda s: s[1].seconds)
+    if ranked:
+        # predictions within GRID_TIE of the fastest are a tie the model cannot call; in a
+        # tie the grid that splits more rows goes first
+        ties = [s for s in ranked if s[1].seconds <= ranked[0][1].seconds * (1 + GRID_TIE)]
+        first = max(ties, key=lambda s: s[0].pm)
+        ranked.remove(first)
+        ranked.insert(0, first)
+    return ranked
 
 
 @functools.lru_cache(maxsize=4096)

@@ -229,10 +229,15 @@ def test_scratch_is_reused_between_calls_and_grows_with_the_size(sizes):
     x = np.ones(max(sizes), np.float32)
     out = np.empty_like(x)
     fn(x, out)
-    before = _minor_faults()
-    for _ in range(20):
-        fn(x, out)
-    assert _minor_faults() - before < 20  # from the heap, freed and taken again: ~200 in 20 calls
+    # the process's count: another thread of the test process (a pool a previous test left
+    # running) may fault now and then, so the fewest of three tries counts
+    faults = []
+    for _ in range(3):
+        before = _minor_faults()
+        for _ in range(20):
+            fn(x, out)
+        faults.append(_minor_faults() - before)
+    assert min(faults) < 20, faults  # from the heap, freed and taken again: ~200 in 20 calls
 
 
 def test_scratch_is_per_thread():

@@ -175,7 +175,9 @@ def predict(shape: tuple[int, int, int, int], config: MatmulConfig, target: CpuT
     # with the packing below)
     in_place = reads_b_in_place(shape, c, target, b_vectorizes(pack, L))
     a_in_place = reads_a_in_place(shape, c, target, plain_a_stride(shape, pack) if a_stride is None else a_stride)
-    partial_tile = MR * NR * 4 if KC < K else 0
+    # a tile of the band's partial sums, read and written by every call when K spans
+    # several blocks (priced below)
+    partial_tile = MR * NR * 4 if len(k_blocks) > 1 else 0
     b_from_l2 = not in_place and not l1_keeps_panel(b_panel, MR * KC * 4, partial_tile, target)
     l2_stream = l2 * L2_STREAM_SHARE
     kernel = 0.0
@@ -193,8 +195,8 @@ def predict(shape: tuple[int, int, int, int], config: MatmulConfig, target: CpuT
     # partial sums between K blocks: each call reads and writes its tile of the band's
     # BAND_M x NC buffer, which lives wherever that buffer fits
     partials = 0.0
-    if len(k_blocks) > 1:
-        tile_bytes = MR * NR * 4 * (2 * len(k_blocks) - 2)  # in after the first block, out before the last
+    if partial_tile:
+        tile_bytes = partial_tile * (2 * len(k_blocks) - 2)  # in after the first block, out before the last
         partials = Bt * row_tiles * col_tiles * tile_bytes / source_bandwidth(rows * NC * 4, stream=True)
     # B blocks that do not fit L2 come back from L3 for every block of rows
     refetch = 0.0

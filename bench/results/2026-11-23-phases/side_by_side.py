@@ -1,5 +1,4 @@
 import ctypes, numpy as np, statistics, sys, time
-sys.path.insert(0, "/work/main")
 from taskloom.bench.timing import time_rounds
 M=N=K=512
 rng=np.random.default_rng(0)

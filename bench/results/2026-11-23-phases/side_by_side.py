@@ -1,9 +1,10 @@
-import ctypes, numpy as np, statistics, sys, time
+import argparse, ctypes, numpy as np, statistics, sys, time
+from taskloom.bench.op import MatmulProblem, ort_call
 from taskloom.bench.timing import time_rounds
 M=N=K=512
-rng=np.random.default_rng(0)
-a=rng.standard_normal((M,K),dtype=np.float32); b=rng.standard_normal((K,N),dtype=np.float32)
-want=a@b
+problem=MatmulProblem((M,N,K), argparse.Namespace(batch=None))  # bench op's inputs and ORT model
+a,b=problem.arrays["a"],problem.arrays["b"]
+want=problem.reference()
 calls={}
 names=sys.argv[1].split(",")
 for n in names:
@@ -17,15 +18,7 @@ for n in names:
     print(n, "err", err)
     if hasattr(lib, "set_skip") and n!="v0" and n!="v2_shared": lib.set_skip(1)
     calls[n]=(lambda f=f,args=args,c=c: f(*args))
-import onnxruntime as ort
-from onnx import helper, TensorProto
-g=helper.make_graph([helper.make_node("MatMul",["a","b"],["c"])],"g",
-    [helper.make_tensor_value_info("a",TensorProto.FLOAT,[M,K]),helper.make_tensor_value_info("b",TensorProto.FLOAT,[K,N])],
-    [helper.make_tensor_value_info("c",TensorProto.FLOAT,[M,N])])
-m=helper.make_model(g, opset_imports=[helper.make_opsetid("",13)], ir_version=9)
-so=ort.SessionOptions(); so.intra_op_num_threads=2
-s=ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
-calls["ort"]=lambda: s.run(None,{"a":a,"b":b})
+calls["ort"]=ort_call(problem, 2)
 t=time_rounds(calls, repeats=int(sys.argv[3]) if len(sys.argv)>3 else 20, rounds=int(sys.argv[2]) if len(sys.argv)>2 else 10)
 med={k: statistics.median(x for r in v for x in r) for k,v in t.items()}
 for k,v in med.items(): print(f"{k:14s} {v:.4f} ms  {2*M*N*K/v/1e6:.1f} GF  vs v0 {med[names[0]]/v:.3f}")

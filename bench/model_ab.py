@@ -29,18 +29,19 @@ from taskloom.bench.op import MatmulProblem
 from taskloom.bench.peers import first_output
 from taskloom.bench.timing import machine, time_rounds
 from taskloom.ir.index import round_up
-from taskloom.schedule import select
+from taskloom.compiler import drivers
+from taskloom.schedule import contraction
 from taskloom.schedule.templates import matmul_cpu
 
 
 def _prefetch(on: bool) -> Any:
-    forced = lambda *a, **k: select.schedule_kernel(*a, **{**k, "weights_stream": on})  # noqa: E731
+    forced = lambda *a, **k: drivers.schedule_kernel(*a, **{**k, "weights_stream": on})  # noqa: E731
     return mock.patch("taskloom.compiler.graph_compiler.schedule_kernel", forced)
 
 
 def _a_in_place(on: bool) -> Any:
-    real = select.a_row_stride
-    return mock.patch("taskloom.schedule.select.a_row_stride", real if on else (lambda con, a_kind: 0))
+    real = contraction.a_row_stride
+    return mock.patch("taskloom.schedule.cpu.a_row_stride", real if on else (lambda con, a_kind: 0))
 
 
 def _k_block(on: bool) -> Any:

@@ -28,13 +28,13 @@ from taskloom.graph import Graph
 from taskloom.graph import input as graph_input
 from taskloom.graph.fusion import fuse_graph
 from taskloom.schedule.contraction import match_contraction
-from taskloom.schedule.select import template_serves, tunable
+from taskloom.schedule.cpu import template_serves, tunable
 from taskloom.target.cpu import CpuTarget
 from taskloom.tune import model as analytic
 from taskloom.tune.measure import Measurement, side_by_side
 from taskloom.schedule.templates.matmul_cpu import MatmulConfig
 from taskloom.tune.records import Records, config_key
-from taskloom.tune.report import spearman
+from taskloom.cli.tune_report import spearman
 from taskloom.tune.tuner import _Search, tune_matmul
 
 MATMULS = [(128, 768, 768), (128, 768, 3072), (128, 3072, 768), (128, 768, 2304),
@@ -63,7 +63,7 @@ def cases() -> list[tuple[str, Graph]]:
         out.append((f"matmul {m}x{n}x{k}", Graph([a, b], [taskloom.ops.matmul(a, b)])))
     for c, h, w, oc, kk, s, p in RESNET:
         # in the form a compiled ResNet-50 runs them: NHWC after the layout pass, except the
-        # 3-channel stem, which stays NCHW (taskloom.graph.passes.layout)
+        # 3-channel stem, which stays NCHW (taskloom.compiler.passes.layout)
         if c == 3:
             x = graph_input((1, c, h, w), "float32", name="x")
             wt = taskloom.asarray(rng.standard_normal((oc, c, kk, kk), dtype=np.float32))

@@ -13,7 +13,7 @@ import sys
 from typing import TYPE_CHECKING, Any, Sequence
 
 from taskloom.errors import ArgumentError, TaskloomError
-from taskloom.target import CpuTarget, get_target, host_target
+from taskloom.target import CpuTarget, CudaTarget, Target, get_target, host_target
 from taskloom.graph import Tensor, asarray, from_torch
 from taskloom import compiler as _compiler  # registers the eager executor
 from taskloom import ops
@@ -27,18 +27,18 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 
-def build(functions: "Function | IRModule | Sequence[Function]", target: CpuTarget | str | None = None,
+def build(functions: "Function | IRModule | Sequence[Function]", target: Target | str | None = None,
           *, name: str | None = None) -> "Module":
     """Builds IR functions (e.g. from ``@kernel``) for ``target`` (default: this machine) and
     loads them. Builds are cached by content, so a second build of the same code is free.
     """
     from taskloom.backend.build import build_library
     from taskloom.runtime import load_module
-    lib = build_library(functions, target, name=name)
+    lib = build_library(functions, target, name=name, load_check=True)
     return load_module(lib.lib_path, lib.signatures, lib.source_path)
 
 
-def compile(model: Any, example_inputs: Any = None, target: CpuTarget | str | None = None, *,  # noqa: A001
+def compile(model: Any, example_inputs: Any = None, target: Target | str | None = None, *,  # noqa: A001
             tune: int = 0, fuse: bool = True, optimize: bool = True, verbose: bool = False,
             budget: str | float | None = None, layout: str = "auto") -> "CompiledGraph":
     """Compiles a model into one native function: graph passes, operators fused, every kernel
@@ -87,20 +87,21 @@ def compile(model: Any, example_inputs: Any = None, target: CpuTarget | str | No
     raise ArgumentError(f"compile() takes a Graph, a torch module or an ONNX model, got {type(model).__name__}")
 
 
-def load(path: str) -> "CompiledGraph":
+def load(path: str | os.PathLike, *, key: str | bytes | None = None) -> "CompiledGraph":
     """Loads a model saved with ``CompiledGraph.save`` (numpy only; no torch or onnx needed).
-    A saved model holds native code: load only files from a source you trust."""
+    A saved model holds native code and its checksum finds only accidental damage: load files
+    from a source you trust, or files saved with ``save(path, key=...)`` with the same ``key``."""
     from taskloom.runtime.compiled_graph import CompiledGraph
-    return CompiledGraph.load(path)
+    return CompiledGraph.load(path, key=key)
 
 
-__all__ = ["build", "compile", "load", "ops", "Tensor", "asarray", "from_torch", "TaskloomError", "CpuTarget", "get_target",
+__all__ = ["build", "compile", "load", "ops", "Tensor", "asarray", "from_torch", "TaskloomError", "Target", "CpuTarget", "CudaTarget", "get_target",
            "host_target", "__version__"]
 
 
 #: Submodules imported on first use: ``taskloom.torch`` is the PyTorch frontend, so that
 #: ``import taskloom`` never imports torch.
-_LAZY_MODULES = {"torch": "taskloom.frontend.torch", "onnx": "taskloom.onnx"}
+_LAZY_MODULES = {"torch": "taskloom.torch", "onnx": "taskloom.onnx"}
 
 
 def __getattr__(name: str) -> object:

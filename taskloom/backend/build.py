@@ -1,21 +1,24 @@
 """From IR functions to a built shared library: lower, generate C, compile (cached)."""
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from taskloom.backend.cache import BuildCache
 from taskloom.backend.codegen_c import c_symbol, codegen_c
 from taskloom.backend.compiler import compile_shared_library
-from taskloom.errors import CodegenError
+from taskloom.errors import CodegenError, LoadError, TaskloomError
 from taskloom.ir import expr as E
 from taskloom.ir import stmt as S
 from taskloom.ir.dtypes import DataType, PointerType, TensorType
 from taskloom.ir.functor import collect
 from taskloom.ir.printer import expr_text
-from taskloom.target.cpu import CpuTarget, get_target
+from taskloom.target import get_cpu_target
+from taskloom.target.cpu import CpuTarget
 from taskloom import transforms
 
 
@@ -62,15 +65,18 @@ def signature(fn: S.Function) -> dict[str, Any]:
 
 def build_library(functions: S.Function | S.Module | Sequence[S.Function], target: CpuTarget | str | None = None,
                   *, name: str | None = None, cache: BuildCache | None = None,
-                  extra_source: str = "", timings: dict[str, float] | None = None) -> BuiltLibrary:
+                  extra_source: str = "", timings: dict[str, float] | None = None,
+                  load_check: bool = False) -> BuiltLibrary:
     """Lowers ``functions``, generates C for ``target`` (default: this machine) and builds it.
 
     The build is content-addressed: building the same functions for the same target again
     costs no compiler run. ``extra_source`` is C appended to the generated code (a graph's
     launcher). ``timings``, when given, receives the seconds spent in ``"codegen"`` (lowering
     and C generation) and ``"cc"`` (the C compiler, or the cache lookup that replaced it).
+    ``load_check``: load the library here (a caller about to load it anyway); a cached one
+    that fails to load is dropped from the cache and built again, once.
     """
-    tgt = get_target(target) if not isinstance(target, CpuTarget) else target
+    tgt = get_cpu_target(target, "taskloom.build")
     fns = list(functions.functions if isinstance(functions, S.Module)
                else [functions] if isinstance(functions, S.Function) else functions)
     started = time.perf_counter()
@@ -78,9 +84,40 @@ def build_library(functions: S.Function | S.Module | Sequence[S.Function], targe
     module = S.Module(tuple(transforms.lower(f) for f in fns))
     source = codegen_c(module, tgt) + extra_source
     generated = time.perf_counter()
-    lib = compile_shared_library(source, tgt, name=name or fns[0].name, cache=cache,
-                                 meta={"signatures": sigs})
+
+    def compile_() -> Path:
+        return compile_shared_library(source, tgt, name=name or fns[0].name, cache=cache,
+                                      meta={"signatures": sigs})
+    lib = _loadable(compile_, cache) if load_check else compile_()
     if timings is not None:
         timings["codegen"] = generated - started
         timings["cc"] = time.perf_counter() - generated
     return BuiltLibrary(lib, lib.parent / "source.c", sigs, tgt)
+
+
+def _loadable(compile_: Callable[[], Path], cache: BuildCache | None) -> Path:
+    """The library ``compile_`` builds or finds cached, loaded once to see that it loads; one
+    that does not is dropped from the cache and built again, and if that fails too, an error."""
+    lib = compile_()
+    if _load_error(lib, cache) is None:
+        return lib
+    lib = compile_()
+    error = _load_error(lib, cache)
+    if error is not None:
+        raise LoadError(f"the library built at {lib} cannot be loaded even after building it again: "
+                        f"{error}; check that the C compiler's OpenMP runtime (libgomp) is installed and "
+                        "that the cache directory (TASKLOOM_CACHE_DIR) allows running code")
+    return lib
+
+
+def _load_error(lib: Path, cache: BuildCache | None) -> OSError | None:
+    """None if ``lib`` loads; else the error, with its cache entry removed."""
+    try:
+        ctypes.CDLL(str(lib.resolve()))
+        return None
+    except OSError as exc:
+        cache = cache or BuildCache.default()
+        with contextlib.suppress(TaskloomError):  # TaskloomError: not a cache entry's folder
+            if lib.name == "lib.so" and cache.entry_path(lib.parent.name) == lib.parent:
+                cache.remove(lib.parent.name)
+        return exc

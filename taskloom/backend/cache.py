@@ -8,16 +8,23 @@ Layout under the root (``TASKLOOM_CACHE_DIR``, default ``~/.cache/taskloom``)::
 
 An entry becomes visible only by renaming a complete directory into place, so readers
 never see a half-written one; entries leave the same way (renamed into ``tmp/``, then
-deleted), so a reader never sees a half-deleted one either.
+deleted), so a reader never sees a half-deleted one either. ``meta.json`` records the size
+and SHA-256 of ``lib.so``; a lookup checks both (the hash once per file this process has
+not yet checked) and drops an entry that differs, or that records neither, so that it is
+built again instead of loaded.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import shutil
+import stat
 import tempfile
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -28,6 +35,11 @@ DEFAULT_MAX_BYTES = 2 * 1024 ** 3
 _KEY = re.compile(r"[0-9a-f]{16,128}")
 _FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 _STALE_TMP_SECONDS = 24 * 3600  # temp dirs this old belong to a crashed writer
+_LIB_RECORD = "lib.so"  # meta.json's record of the library: {"bytes": size, "sha256": hex digest}
+_VERIFIED_MAX = 4096
+# libraries whose hash this process has checked: path -> ((size, mtime_ns, inode, device), sha256)
+_verified: OrderedDict[str, tuple[tuple[int, int, int, int], str]] = OrderedDict()
+_verified_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -78,14 +90,16 @@ class BuildCache:
         return self.root / "build" / key[:2] / key
 
     def lookup(self, key: str) -> CacheEntry | None:
-        """The entry for ``key``, or None; a corrupt entry is removed and reads as a miss."""
+        """The entry for ``key``, or None; an entry that is incomplete, damaged (its library's
+        size or hash differs from the recorded one) or records no hash is removed and reads
+        as a miss."""
         path = self.entry_path(key)
         if not path.is_dir():
             return None
         try:
             meta = json.loads((path / "meta.json").read_text())
-            if not isinstance(meta, dict) or not (path / "lib.so").is_file():
-                raise ValueError("incomplete entry")
+            if not isinstance(meta, dict) or not _intact(path / "lib.so", meta.pop(_LIB_RECORD, None)):
+                raise ValueError("incomplete or damaged entry")
         except (OSError, ValueError):
             self._discard(path)
             return None
@@ -106,13 +120,19 @@ class BuildCache:
         final = self.entry_path(key)
         if "lib.so" not in files:
             raise TaskloomError(f"a cache entry needs a 'lib.so'; got files {sorted(files)}")
-        meta_text = json.dumps(dict(meta or {}), indent=1, sort_keys=True, default=str)
+        if meta and _LIB_RECORD in meta:
+            raise TaskloomError(f"meta key {_LIB_RECORD!r} is the cache's own record of the library; "
+                                "use another name")
+        plain_meta = json.loads(json.dumps(dict(meta or {}), default=str))
         for _attempt in range(3):
             staging = Path(tempfile.mkdtemp(prefix=key[:16] + "-", dir=self._tmp_dir()))
             try:
                 for name, content in files.items():
                     _write_file(staging, name, content)
-                (staging / "meta.json").write_text(meta_text)
+                lib_record = _record_library(staging / "lib.so")
+                stamp = _stamp(os.lstat(staging / "lib.so"))
+                (staging / "meta.json").write_text(json.dumps({**plain_meta, _LIB_RECORD: lib_record},
+                                                              indent=1, sort_keys=True))
                 final.parent.mkdir(parents=True, exist_ok=True)
             except BaseException:
                 shutil.rmtree(staging, ignore_errors=True)
@@ -126,10 +146,17 @@ class BuildCache:
                 if entry is not None:
                     return entry
                 continue
+            _remember(final / "lib.so", lib_record["sha256"], stamp)  # a rename keeps the stamp
             self._evict(keep=final)
-            return CacheEntry(final, json.loads(meta_text))
+            return CacheEntry(final, plain_meta)
         raise TaskloomError(f"could not store cache entry {key} under {self.root}: "
                             f"its place kept being taken by corrupt entries")
+
+    def remove(self, key: str) -> None:
+        """Drop the entry for ``key``, if there is one (say, a library that would not load)."""
+        path = self.entry_path(key)
+        if path.is_dir():
+            self._discard(path)
 
     def failed_path(self, key: str, name: str) -> Path:
         """Where :meth:`save_failed` keeps the source of a failed build of ``key``."""
@@ -236,6 +263,48 @@ def _env_max_bytes() -> int:
         return int(text)
     except ValueError:
         raise TaskloomError(f"TASKLOOM_CACHE_MAX_BYTES must be a number of bytes, got {text!r}") from None
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _stamp(st: os.stat_result) -> tuple[int, int, int, int]:
+    return st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev
+
+
+def _record_library(lib: Path) -> dict[str, Any]:
+    """What meta.json records of a library about to be stored."""
+    return {"bytes": lib.stat().st_size, "sha256": _sha256_file(lib)}
+
+
+def _remember(lib: Path, sha256: str, stamp: tuple[int, int, int, int]) -> None:
+    """Note that ``lib``, while its stat stamp is ``stamp``, has the hash ``sha256``."""
+    with _verified_lock:
+        _verified[str(lib)] = (stamp, sha256)
+        _verified.move_to_end(str(lib))
+        while len(_verified) > _VERIFIED_MAX:
+            _verified.popitem(last=False)
+
+
+def _intact(lib: Path, record: Any) -> bool:
+    """Whether ``lib`` has the size and hash ``record`` gives; False without a record."""
+    if not isinstance(record, dict) or not isinstance(record.get("sha256"), str):
+        return False
+    st = os.lstat(lib)
+    if not stat.S_ISREG(st.st_mode) or st.st_size != record.get("bytes"):
+        return False
+    with _verified_lock:
+        if _verified.get(str(lib)) == (_stamp(st), record["sha256"]):
+            return True
+    if _sha256_file(lib) != record["sha256"]:
+        return False
+    _remember(lib, record["sha256"], _stamp(st))
+    return True
 
 
 def _write_file(folder: Path, name: str, content: bytes | str | Path) -> None:

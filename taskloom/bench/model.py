@@ -2,17 +2,20 @@
 ``torch.compile`` (inductor), ONNX Runtime and Apache TVM in one run.
 
     taskloom bench model NAME [--batch B] [--seq S] [--compare torch,inductor,ort,tvm]
-        [--tune 0|1|2] [--threads T] [--repeats 30] [--target SPEC] [--profile]
+        [--tune 0|1|2] [--threads T] [--repeats 30] [--rounds 3] [--target SPEC] [--profile]
         [--tvm-trials N] [--budget SECONDS] [--direct] [--json FILE] [--plot FILE]
 
 NAME is one of resnet50, inception_v3, mobilenet_v2, bert, gpt2, mlp (:mod:`taskloom.bench.zoo`:
 random weights, no downloads). taskloom runs the way users run it, ``torch.compile(model,
 backend=taskloom)``; each peer runs as its own documentation recommends
 (:mod:`taskloom.bench.peers`). Every system gets the same model and inputs, is checked
-against PyTorch eager (``max_abs_diff`` of the first output), warmed up, then timed
-``--repeats`` times in its own block (see :mod:`taskloom.bench.timing`); a system so slow that
-this would take more than ``--budget`` seconds is timed fewer times, and its row says how
-many. A system that fails is reported with its error in its row; the others still run.
+against PyTorch eager (``max_abs_diff`` of the first output); then all of them are timed in
+``--rounds`` rounds, each system in a block of its own per round (``--repeats`` runs spread
+over the rounds, after warm-up) and the order shifted by one each round, so that a slow spell
+of the shared machine falls on every system alike (see :mod:`taskloom.bench.timing`). A row
+gives the median of all its runs and the spread of its round medians. A system so slow that
+``--repeats`` runs would take more than ``--budget`` seconds is timed fewer times, and its row
+says how many. A system that fails is reported with its error in its row; the others still run.
 
 ``--direct`` adds a row, ``taskloom-direct``: the model compiled by ``taskloom.compile(model,
 inputs)`` and called as one compiled graph. torch.compile checks its guards on every call,
@@ -25,7 +28,8 @@ measured inside the native launcher. ``--plot FILE`` draws the latencies as a ba
 ``--json FILE`` writes::
 
     {"model", "batch", "seq", "flop", "command", "args": {...},
-     "rows": [{"system", "median_ms", "gflops", "max_abs_diff", "error", "compile_s", "note", "runs"}, ...],
+     "rounds", "rows": [{"system", "median_ms", "round_ms", "gflops", "max_abs_diff", "error", "compile_s",
+                         "note", "runs"}, ...],
      "taskloom": {"compile_s", "phases": {"frontend", "passes", "fusion", "schedule", "codegen", "cc"},
                   "graphs", "kernels", "arena_bytes", "tune", "target"},
      "profile": [{"name", "ops", "schedule", "median_ms", "share"}, ...] (with --profile),
@@ -41,6 +45,7 @@ import contextlib
 import json
 import os
 import shlex
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -51,10 +56,10 @@ import numpy as np
 from taskloom.bench.op import cell, compare_type, error_text, positive_int, target_argument
 from taskloom.bench import peers as peers_module
 from taskloom.bench.peers import first_output
-from taskloom.bench.timing import machine, median_ms, versions
+from taskloom.bench.timing import machine, time_block, versions
 from taskloom.bench.zoo import MODELS, SEQUENCE_MODELS, build, input_text
 from taskloom.errors import TaskloomError
-from taskloom.target import CpuTarget
+from taskloom.target import Target
 
 PEERS = ("torch", "inductor", "ort", "tvm")
 WARMUP = 3
@@ -67,7 +72,7 @@ class TaskloomRun:
     """The model compiled by taskloom through ``torch.compile``: a callable on the example
     inputs, its compile time split into phases, and the compiled graphs it made."""
 
-    def __init__(self, model: Any, inputs: tuple[Any, ...], target: CpuTarget, tune: int, threads: int):
+    def __init__(self, model: Any, inputs: tuple[Any, ...], target: Target, tune: int, threads: int):
         import torch
         from taskloom.frontend.torch import Backend
         self.backend = Backend(target=target, tune=tune)
@@ -121,47 +126,60 @@ def count_flop(model: Any, inputs: tuple[Any, ...]) -> int | None:
 
 def _row(system: str) -> dict[str, Any]:
     return {"system": system, "median_ms": None, "gflops": None, "max_abs_diff": None, "error": None,
-            "compile_s": None, "note": "", "runs": 0}
+            "compile_s": None, "note": "", "runs": 0, "round_ms": []}
 
 
-def _time(row: dict[str, Any], run: Any, reference: np.ndarray, flop: int | None, repeats: int,
-          budget_s: float) -> None:
-    """Check ``run``'s output against the reference, then time it into ``row``: ``repeats``
-    runs after warm-up, fewer (at least MIN_RUNS, one warm-up) when that would take longer
-    than ``budget_s`` (an untuned peer can take a minute per inference)."""
+def _check(row: dict[str, Any], run: Any, reference: np.ndarray, repeats: int, budget_s: float) -> None:
+    """Check ``run``'s output against the reference into ``row``, and set how many runs it
+    gets: ``repeats``, fewer (at least MIN_RUNS) when that would take longer than ``budget_s``
+    (an untuned peer can take a minute per inference)."""
     started = time.perf_counter()
     out = run()
     once = time.perf_counter() - started
     if out.shape != reference.shape:
         raise TaskloomError(f"output shape {out.shape}, expected {reference.shape}")
     row["max_abs_diff"] = float(np.max(np.abs(out - reference))) if out.size else 0.0
-    runs, warmup = repeats, WARMUP
+    row["runs"] = repeats
     if once * (repeats + WARMUP) > budget_s:
-        runs, warmup = max(MIN_RUNS, min(repeats, int(budget_s / once) - 1)), 1
-    row["runs"] = runs
-    row["median_ms"] = median_ms(run, runs, warmup)
-    row["gflops"] = flop / row["median_ms"] / 1e6 if flop else None
+        row["runs"] = max(MIN_RUNS, min(repeats, int(budget_s / once) - 1))
 
 
-def bench_model(name: str, batch: int, seq: int, peers: tuple[str, ...], target: CpuTarget, tune: int,
-                threads: int, repeats: int, profile: bool = False, tvm_trials: int = 0,
-                budget_s: float = 300.0, direct: bool = False) -> dict[str, Any]:
-    """Builds ``name``, measures taskloom and ``peers`` on it; the JSON record minus the command.
-    With ``direct``, a second taskloom row times the model compiled by ``taskloom.compile(model,
-    inputs)`` and called as one compiled graph, without torch.compile's guards."""
+def _time_in_rounds(ready: dict[str, tuple[dict[str, Any], Any]], rounds: int, repeats: int,
+                    flop: int | None, threads: int) -> None:
+    """Time every ready system in ``rounds`` rounds, each system a block of its own per round
+    and the order shifted by one each round, so that a slow spell of the machine falls on all
+    of them alike; a row gets the median of all its runs and each round's median."""
     import torch
-    torch.set_num_threads(threads)
-    model, inputs = build(name, batch, seq)
-    with torch.inference_mode():
-        reference = first_output(model(*inputs))
-    flop = count_flop(model, inputs)
-    record: dict[str, Any] = {"model": name, "batch": batch, "seq": seq if name in SEQUENCE_MODELS else None,
-                              "flop": flop, "rows": [], "taskloom": None}
-    row = _row("taskloom")
+    names = list(ready)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        live = [n for n in names if ready[n][0]["error"] is None]
+        shift = r % max(len(live), 1)
+        for name in live[shift:] + live[:shift]:
+            row, run = ready[name]
+            block = max(1, -(-row["runs"] // rounds))  # the runs spread over the rounds
+            torch.set_num_threads(threads)  # a peer may have changed it
+            try:
+                ms = time_block(run, block, WARMUP if row["runs"] == repeats else 1)  # a slow one: 1
+            except Exception as exc:  # a benchmark reports a failing system and goes on
+                row["error"] = error_text(exc)
+                continue
+            times[name] += ms
+            row["round_ms"].append(statistics.median(ms))
+    for name in names:
+        row = ready[name][0]
+        if row["error"] is None and times[name]:
+            row["runs"], row["median_ms"] = len(times[name]), statistics.median(times[name])
+            row["gflops"] = flop / row["median_ms"] / 1e6 if flop else None
+
+
+def _taskloom_row(model: Any, inputs: tuple[Any, ...], target: Target, tune: int, threads: int,
+                  record: dict[str, Any], profile: bool, repeats: int) -> tuple[dict[str, Any], Any]:
+    """taskloom through ``torch.compile``, compiled; its facts go into ``record``."""
+    row, run = _row("taskloom"), None
     try:
         run = TaskloomRun(model, inputs, target, tune, threads)
         row["compile_s"], row["note"] = run.compile_s, f"torch.compile(backend=taskloom), tune {tune}"
-        _time(row, run, reference, flop, repeats, budget_s)
         kernels = [k for g in run.graphs for k in g.meta["kernels"]]
         record["taskloom"] = {"compile_s": run.compile_s, "phases": run.phases(), "graphs": len(run.graphs),
                               "kernels": len(kernels), "arena_bytes": sum(g.arena_bytes for g in run.graphs),
@@ -170,26 +188,52 @@ def bench_model(name: str, batch: int, seq: int, peers: tuple[str, ...], target:
             record["profile"] = run.profile(repeats)
     except Exception as exc:  # a benchmark reports a failing system and goes on with the others
         row["error"] = error_text(exc)
-    record["rows"].append(row)
+    return row, run
+
+
+def bench_model(name: str, batch: int, seq: int, peers: tuple[str, ...], target: Target, tune: int,
+                threads: int, repeats: int, profile: bool = False, tvm_trials: int = 0,
+                budget_s: float = 300.0, direct: bool = False, rounds: int = 3) -> dict[str, Any]:
+    """Builds ``name``, compiles it with taskloom and ``peers``, checks each against eager
+    PyTorch, then times them all in ``rounds`` rotating rounds; the JSON record minus the
+    command. With ``direct``, a second taskloom row times the model compiled by
+    ``taskloom.compile(model, inputs)`` and called as one compiled graph, without
+    torch.compile's guards."""
+    import torch
+    torch.set_num_threads(threads)
+    model, inputs = build(name, batch, seq)
+    with torch.inference_mode():
+        reference = first_output(model(*inputs))
+    flop = count_flop(model, inputs)
+    record: dict[str, Any] = {"model": name, "batch": batch, "seq": seq if name in SEQUENCE_MODELS else None,
+                              "flop": flop, "rows": [], "taskloom": None, "rounds": rounds}
+    systems = [_taskloom_row(model, inputs, target, tune, threads, record, profile, repeats)]
     if direct:
-        record["rows"].append(_direct_row(model, inputs, target, tune, threads, reference, flop, repeats, budget_s))
+        systems.append(_direct_row(model, inputs, target, tune, threads))
     with tempfile.TemporaryDirectory(prefix="taskloom-bench-") as workdir:
         for system in peers:
-            row = _row(system)
+            row, run = _row(system), None
             try:
                 prepared = peers_module.prepare(system, model, inputs, threads=threads, workdir=Path(workdir),
                                                 tvm_trials=tvm_trials)
-                row["compile_s"], row["note"] = prepared.compile_s, prepared.note
-                _time(row, prepared.run, reference, flop, repeats, budget_s)
+                row["compile_s"], row["note"], run = prepared.compile_s, prepared.note, prepared.run
             except Exception as exc:
                 row["error"] = error_text(exc)
-            record["rows"].append(row)
+            systems.append((row, run))
             torch.set_num_threads(threads)  # a peer may have changed it
+        for row, run in systems:
+            if row["error"] is None:
+                try:
+                    _check(row, run, reference, repeats, budget_s)
+                except Exception as exc:
+                    row["error"] = error_text(exc)
+        _time_in_rounds({row["system"]: (row, run) for row, run in systems}, rounds, repeats, flop, threads)
+    record["rows"] = [row for row, _ in systems]
     return record
 
 
-def _direct_row(model: Any, inputs: tuple[Any, ...], target: CpuTarget, tune: int, threads: int,
-                reference: np.ndarray, flop: int | None, repeats: int, budget_s: float) -> dict[str, Any]:
+def _direct_row(model: Any, inputs: tuple[Any, ...], target: Target, tune: int,
+                threads: int) -> tuple[dict[str, Any], Any]:
     """The row of ``taskloom-direct``: the model as one compiled graph called with the inputs,
     which skips what torch.compile does on every call (its guards cost tens of microseconds,
     more after a call that sweeps the caches)."""
@@ -202,31 +246,41 @@ def _direct_row(model: Any, inputs: tuple[Any, ...], target: CpuTarget, tune: in
         graph.set_num_threads(threads)
         row["compile_s"] = time.perf_counter() - started
         row["note"] = f"taskloom.compile(model, inputs), called directly, tune {tune}"
-
-        def run() -> np.ndarray:
-            with torch.inference_mode():
-                return first_output(graph(*inputs))
-        _time(row, run, reference, flop, repeats, budget_s)
     except Exception as exc:
         row["error"] = error_text(exc)
-    return row
+        return row, None
+
+    def run() -> np.ndarray:
+        with torch.inference_mode():
+            return first_output(graph(*inputs))
+    return row, run
 
 
 # -- printing -----------------------------------------------------------------------------
+
+
+def spread(row: dict[str, Any]) -> float | None:
+    """How far a row's round medians lie apart, as a share of its median (None for one round)."""
+    rounds = row.get("round_ms") or []
+    if len(rounds) < 2 or not row["median_ms"]:
+        return None
+    return (max(rounds) - min(rounds)) / row["median_ms"]
 
 
 def format_record(record: dict[str, Any], repeats: int, threads: int) -> str:
     """The table of one model: one line per system, then taskloom's compile phases."""
     what = f"{record['model']} batch {record['batch']}, {input_text(record['model'], record['seq'])}"
     flop = f"{record['flop'] / 1e9:.2f} GFLOP" if record["flop"] else "FLOP count unknown"
-    lines = [f"{what}: {flop}, float32, median of {repeats} runs, {threads} thread{'s' if threads > 1 else ''}",
-             f"  {'system':9s} {'median ms':>10s} {'GFLOP/s':>8s} {'taskloom speed-up':>17s} "
+    rounds = record.get("rounds", 1)
+    lines = [f"{what}: {flop}, float32, median of {repeats} runs in {rounds} rotating round{'s' if rounds > 1 else ''}, "
+             f"{threads} thread{'s' if threads > 1 else ''}",
+             f"  {'system':9s} {'median ms':>10s} {'spread':>7s} {'GFLOP/s':>8s} {'taskloom speed-up':>17s} "
              f"{'compile s':>9s} {'max abs diff':>12s}  error / how it ran"]
     base = record["rows"][0]["median_ms"]
     for r in record["rows"]:
         speedup = r["median_ms"] / base if r["median_ms"] and base else None
         ms_spec = ".2f" if (r["median_ms"] or 0) >= 1 else ".4f"  # a small model's 0.03 ms keeps its digits
-        cells = [cell(r["median_ms"], ms_spec, 10), cell(r["gflops"], ".1f", 8),
+        cells = [cell(r["median_ms"], ms_spec, 10), cell(spread(r), ".0%", 7), cell(r["gflops"], ".1f", 8),
                  cell(speedup, ".2f", 16) + ("x" if speedup is not None else " "), cell(r["compile_s"], ".1f", 9),
                  cell(r["max_abs_diff"], ".2e", 12)]
         few = f"[{r['runs']} runs] " if r.get("runs") and r["runs"] < repeats else ""
@@ -299,20 +353,21 @@ def run(args: argparse.Namespace) -> int:
     print(f"target: {args.target or 'this machine'} ({target.key()})", flush=True)
     record = bench_model(args.name, args.batch, args.seq, peers, target, args.tune, threads, args.repeats,
                          profile=args.profile, tvm_trials=args.tvm_trials, budget_s=args.budget,
-                         direct=args.direct)
+                         direct=args.direct, rounds=args.rounds)
     print(format_record(record, args.repeats, threads))
     if args.profile and "profile" in record:
         print(format_profile(record["profile"]))
     command = ["taskloom", "bench", "model", args.name, "--batch", str(args.batch)]
     command += ["--seq", str(args.seq)] if args.name in SEQUENCE_MODELS else []
     command += ["--compare", ",".join(peers) or "none", "--tune", str(args.tune), "--threads", str(threads),
-                "--repeats", str(args.repeats)] + (["--target", args.target] if args.target else [])
+                "--repeats", str(args.repeats), "--rounds", str(args.rounds)]
+    command += ["--target", args.target] if args.target else []
     command += ["--profile"] if args.profile else []
     command += ["--direct"] if args.direct else []
     command += ["--tvm-trials", str(args.tvm_trials)] if args.tvm_trials else []
     command += ["--budget", f"{args.budget:g}"]
     record = {**record, "command": shlex.join(command),
-              "args": {"compare": list(peers), "tune": args.tune, "threads": threads, "repeats": args.repeats,
+              "args": {"compare": list(peers), "tune": args.tune, "threads": threads, "repeats": args.repeats, "rounds": args.rounds,
                        "target": args.target, "tvm_trials": args.tvm_trials, "budget_s": args.budget,
                        "direct": args.direct},
               "machine": machine(), "versions": {**versions(), **peers_module.peer_versions()}}
@@ -345,6 +400,8 @@ def add_model_command(kinds: argparse._SubParsersAction) -> None:
                      help="threads of every system (default: the target's cores)")
     sub.add_argument("--repeats", type=positive_int, default=30, metavar="R",
                      help=f"timed runs per system, after {WARMUP} warm-ups (default 30)")
+    sub.add_argument("--rounds", type=positive_int, default=3, metavar="N",
+                     help="rounds the systems take turns in; --repeats runs spread over them (default 3)")
     sub.add_argument("--target", default=None, metavar="SPEC",
                      help="taskloom's target, e.g. 'cpu -isa=avx2' (default: this machine)")
     sub.add_argument("--tvm-trials", type=lambda t: int(t) if t.isdigit() else positive_int(t), default=0,

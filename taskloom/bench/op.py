@@ -67,7 +67,7 @@ import taskloom
 from taskloom.bench.timing import machine, time_rounds, versions
 from taskloom.errors import TaskloomError
 from taskloom.graph import Graph, input as graph_input
-from taskloom.target import CpuTarget, get_target
+from taskloom.target import Target, get_target
 
 #: The Python modules each peer needs; a missing one makes the peer's row "not installed".
 PEER_MODULES: dict[str, tuple[str, ...]] = {"numpy": ("numpy",), "torch": ("torch",),
@@ -214,7 +214,7 @@ PROBLEMS: dict[str, type[Problem]] = {"matmul": MatmulProblem, "conv2d": Conv2dP
 # -- the systems --------------------------------------------------------------------------
 
 
-def _taskloom_call(problem: Problem, target: CpuTarget, tune: int, info: dict[str, Any]) -> Callable[[], Any]:
+def _taskloom_call(problem: Problem, target: Target, tune: int, info: dict[str, Any]) -> Callable[[], Any]:
     """The compiled graph called on the problem's inputs; the compile time goes to ``info``."""
     graph = problem.trace()
     started = time.perf_counter()
@@ -283,7 +283,7 @@ def _prepare(system: str, setup: Callable[[contextlib.ExitStack], Callable[[], A
         return row, None
 
 
-def bench_shape(problem: Problem, peers: tuple[str, ...], target: CpuTarget, tune: int, repeats: int,
+def bench_shape(problem: Problem, peers: tuple[str, ...], target: Target, tune: int, repeats: int,
                 rounds: int = 1) -> dict[str, Any]:
     """Measures taskloom and ``peers`` on one problem; the JSON entry of one ``--shape``.
 
@@ -361,7 +361,7 @@ def format_result(op: str, result: dict[str, Any], repeats: int, rounds: int, co
 # -- the command --------------------------------------------------------------------------
 
 
-def target_argument(parser: argparse.ArgumentParser, spec: str | None) -> CpuTarget:
+def target_argument(parser: argparse.ArgumentParser, spec: str | None) -> Target:
     """The target ``--target`` names (None: this machine), or a usage error from ``parser``."""
     try:
         return get_target(spec)

@@ -31,7 +31,7 @@ def compile_task(task: Task, target: CpuTarget | None = None) -> Kernel:
     kernel = _loaded.get(key)
     if kernel is None:
         fn = schedule_task(task, tgt)
-        lib = build_library(fn, tgt)
+        lib = build_library(fn, tgt, load_check=True)
         kernel = load_module(lib.lib_path, lib.signatures, lib.source_path)[fn.name]
         _loaded[key] = kernel
         if len(_loaded) > MAX_LOADED:

@@ -15,9 +15,13 @@ from taskloom.graph.graph import Graph, GraphError
 from taskloom.graph.tensor import Tensor
 from taskloom.graph.fusion import FusedGroup, fuse_graph
 from taskloom.runtime.compiled_graph import CompiledGraph
+from taskloom.runtime.library_file import record_source
+from taskloom.runtime.saved_file import graph_record
 from taskloom.runtime.memory_plan import Buffer, plan_memory
-from taskloom.schedule.select import schedule_kernel
-from taskloom.target.cpu import CpuTarget, get_target
+from taskloom.compiler.drivers import schedule_kernel
+from taskloom.target import get_cpu_target
+from taskloom.tune.budget import Budget
+from taskloom.target.base import Target
 
 
 def _nbytes(t: Tensor) -> int:
@@ -27,18 +31,18 @@ def _nbytes(t: Tensor) -> int:
     return n
 
 
-def compile_graph(graph: Graph, target: CpuTarget | str | None = None, *, tune: int = 0, fuse: bool = True,
+def compile_graph(graph: Graph, target: Target | str | None = None, *, tune: int = 0, fuse: bool = True,
                   optimize: bool = True, verbose: bool = False, budget: str | float | None = None,
                   layout: str = "auto") -> CompiledGraph:
     """Compiles ``graph`` for ``target`` (default: this machine) into one native function:
     graph passes (``optimize``), fusion (``fuse``), scheduling, memory planning, one build.
     ``layout="auto"`` runs convolutions in NHWC where that pays
-    (:mod:`taskloom.graph.passes.layout`); ``"NCHW"`` keeps the graph's own layout.
+    (:mod:`taskloom.compiler.passes.layout`); ``"NCHW"`` keeps the graph's own layout.
     The seconds each phase took are in ``meta["timings"]`` (passes, fusion, schedule with any
     tuning, codegen, cc). With ``tune`` > 0, ``budget`` (``"2m"``, seconds) bounds the
     tuning: each kernel gets a share of what is left and keeps the best config so far."""
     started = time.perf_counter()
-    from taskloom.tune.tuner import Budget
+    tgt = get_cpu_target(target, "taskloom.compile")
     clock = Budget(budget)  # checks the budget before any work
     if tune not in (0, 1, 2):
         raise TaskloomError(f"compile(): tune={tune!r} is not a tuning level; use 0 (defaults), 1 (a small "
@@ -48,15 +52,14 @@ def compile_graph(graph: Graph, target: CpuTarget | str | None = None, *, tune: 
         raise TaskloomError(f"compile(): layout={layout!r} is not a layout choice; use 'auto' (NHWC "
                             "convolutions where that pays) or 'NCHW' (the graph's own layout)")
     if optimize:
-        from taskloom.graph.passes import optimize as run_passes
+        from taskloom.compiler.passes import optimize as run_passes
         graph = run_passes(graph)
         if layout == "auto":
-            from taskloom.graph.passes.layout import choose_layout
-            relaid = choose_layout(graph)
+            from taskloom.compiler.passes.layout import choose_layout
+            relaid = choose_layout(graph, tgt)
             if relaid is not graph:
                 graph = run_passes(relaid)
     timings["passes"] = time.perf_counter() - started
-    tgt = get_target(target) if not isinstance(target, CpuTarget) else target
     for t in graph.inputs:
         if not all(isinstance(d, int) for d in t.shape):
             raise GraphError(f"graph input '{t.name}' has a symbolic shape {t.shape}; compiled graphs are "
@@ -113,7 +116,7 @@ def compile_graph(graph: Graph, target: CpuTarget | str | None = None, *, tune: 
 
     # weights larger than the cores' L2 caches together leave each kernel's weight evicted by
     # the others' before its next call: kernels then prefetch their prepacked panels
-    weights_stream = sum(_nbytes(c) for c in graph.constants) > tgt.num_cores * tgt.l2_bytes
+    weights_stream = sum(_nbytes(c) for c in graph.constants) > tgt.cache_bytes_between_kernels()
     phase = time.perf_counter()
     functions, calls, kernels = [], [], []
     for g, group in enumerate(groups):
@@ -135,12 +138,16 @@ def compile_graph(graph: Graph, target: CpuTarget | str | None = None, *, tune: 
                         + (" and prefetched" if fn.attr("prefetch_b") else "") if fn.attr("template")
                         else "rule-based"})
     timings["schedule"] = time.perf_counter() - phase
-    lib = build_library(functions, tgt, name="graph", extra_source=launcher_source(calls), timings=timings)
+    arrays = [np.ascontiguousarray(c) for c in constants]
     meta = {"inputs": [{"name": t.name, "dtype": t.dtype.name, "shape": [int(d) for d in t.shape]}
                        for t in graph.inputs],
             "outputs": outputs_meta, "arena_bytes": plan.arena_bytes, "memory": plan.describe(),
-            "kernels": kernels, "target": tgt.to_dict(), "source": str(lib.source_path), "timings": timings}
-    compiled = CompiledGraph(lib.lib_path, meta, [np.ascontiguousarray(c) for c in constants])
+            "kernels": kernels, "target": tgt.to_dict()}
+    record = record_source(graph_record(meta, [(c.dtype.name, c.shape) for c in arrays]))
+    lib = build_library(functions, tgt, name="graph", extra_source=launcher_source(calls) + record,
+                        timings=timings, load_check=True)
+    meta.update(source=str(lib.source_path), timings=timings)
+    compiled = CompiledGraph(lib.lib_path, meta, arrays)
     if verbose:
         print(f"compiled {len(graph.nodes)} operators into {len(groups)} kernels in "
               f"{time.perf_counter() - started:.2f} s; {plan.describe()}")

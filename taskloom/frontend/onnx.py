@@ -37,7 +37,7 @@ from taskloom.ir import dtypes as T
 
 if TYPE_CHECKING:
     from taskloom.runtime.compiled_graph import CompiledGraph
-    from taskloom.target import CpuTarget
+    from taskloom.target import Target
 
 __all__ = ["from_onnx", "onnx_to_graph", "load_model", "REGISTRY", "converter", "Converter", "OnnxNode",
            "supported_ops"]
@@ -79,7 +79,7 @@ def load_model(path_or_model: Any) -> Any:
 
 
 def from_onnx(path_or_model: Any, input_shapes: InputShapes = None, *,
-              constants: Mapping[str, Any] | None = None, target: "CpuTarget | str | None" = None,
+              constants: Mapping[str, Any] | None = None, target: "Target | str | None" = None,
               verbose: bool = False, tune: int = 0, budget: "str | float | None" = None,
               layout: str = "auto") -> "CompiledGraph":
     """Converts an ONNX model (a path, bytes or an ``onnx.ModelProto``) and compiles it for
@@ -93,9 +93,9 @@ def from_onnx(path_or_model: Any, input_shapes: InputShapes = None, *,
     inputs (also as ``error.constant_inputs``). The compiled model is called with the
     remaining inputs (initializers excluded) in order. ``tune``, ``budget`` and ``layout``
     are :func:`taskloom.compile`'s."""
-    import taskloom
-    return taskloom.compile(onnx_to_graph(path_or_model, input_shapes, constants=constants), target=target,
-                            verbose=verbose, tune=tune, budget=budget, layout=layout)
+    from taskloom.compiler.graph_compiler import compile_graph
+    return compile_graph(onnx_to_graph(path_or_model, input_shapes, constants=constants), target,
+                         verbose=verbose, tune=tune, budget=budget, layout=layout)
 
 
 # ----------------------------------------------------------------------------- the conversion

@@ -47,7 +47,7 @@ class FallbackWarning(UserWarning):
 
 @dataclass(frozen=True)
 class Options:
-    """The backend's options: ``target`` (a :class:`~taskloom.target.CpuTarget` or a string such
+    """The backend's options: ``target`` (a :class:`~taskloom.target.Target` or a string such
     as ``"cpu -isa=avx2"``; None is this machine), ``tune`` (0: predict schedules without
     measuring, 1: measure the best predicted, 2: measure the whole space), ``fallback``
     (run graphs taskloom cannot compile in eager PyTorch instead of raising), ``budget``
@@ -65,7 +65,7 @@ class Options:
             raise FrontendError(f"taskloom backend: option 'tune'={self.tune!r} is not valid (valid: 0, 1, 2)")
         if self.budget is not None:
             from taskloom.errors import ArgumentError
-            from taskloom.tune.tuner import parse_budget
+            from taskloom.tune.budget import parse_budget
             try:
                 parse_budget(self.budget)
             except ArgumentError as e:
@@ -77,7 +77,7 @@ class Options:
             raise FrontendError(f"taskloom backend: option 'fallback'={self.fallback!r} must be True or False")
         if self.target is not None and not isinstance(self.target, str) and not hasattr(self.target, "key"):
             raise FrontendError(f"taskloom backend: option 'target'={self.target!r} must be None, a string "
-                                "such as 'cpu' or a taskloom CpuTarget")
+                                "such as 'cpu' or a taskloom Target")
 
     @classmethod
     def parse(cls, options: Mapping[str, Any] | None = None, mode: str | None = None,
@@ -233,7 +233,7 @@ class CompiledFunction:
         return program
 
     def _build(self, args: Sequence[Any]) -> _Program:
-        from taskloom import compile as compile_graph
+        from taskloom.compiler.graph_compiler import compile_graph
         aten_gm = lower_to_aten(self.gm, args)
         conversion = convert(aten_gm, args, self._is_input, self._names)
         compiled = None

@@ -6,7 +6,7 @@ symbols such as ``batch``, are what graphs are traced with.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -68,32 +68,6 @@ class Tensor:
         if not self.shape or not isinstance(self.shape[0], int):
             raise TypeError("len() of a 0-d or symbolic tensor")
         return self.shape[0]
-
-    # ----------------------------------------------------------------- operators
-    def _op(name: str, swap: bool = False) -> Callable:  # type: ignore[misc]
-        def method(self: Tensor, other: Any) -> Tensor:
-            from taskloom import ops
-            fn = getattr(ops, name)
-            return fn(other, self) if swap else fn(self, other)
-        method.__name__ = name
-        return method
-
-    __add__, __radd__ = _op("add"), _op("add", True)
-    __sub__, __rsub__ = _op("sub"), _op("sub", True)
-    __mul__, __rmul__ = _op("mul"), _op("mul", True)
-    __truediv__, __rtruediv__ = _op("div"), _op("div", True)
-    __pow__, __rpow__ = _op("pow"), _op("pow", True)
-    __matmul__ = _op("matmul")
-    __lt__, __le__, __gt__, __ge__ = _op("less"), _op("less_equal"), _op("greater"), _op("greater_equal")
-    del _op
-
-    def __neg__(self) -> Tensor:
-        from taskloom import ops
-        return ops.neg(self)
-
-    def reshape(self, *shape: Any) -> Tensor:
-        from taskloom import ops
-        return ops.reshape(self, shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape)
 
 
 def asarray(data: Any, dtype: T.DataType | str | None = None) -> Tensor:

@@ -348,7 +348,7 @@ def conv2d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any 
 
     With ``layout="NHWC"`` the input is (N, H, W, C) or (H, W, C), the weight
     (KH, KW, C // groups, O) and the result (N, OH, OW, O): the layout the graph compiler
-    picks for the CPU (:mod:`taskloom.graph.passes.layout`), where the sum runs over a
+    picks for the CPU (:mod:`taskloom.compiler.passes.layout`), where the sum runs over a
     pixel's contiguous channels.
     """
     op = "conv2d"

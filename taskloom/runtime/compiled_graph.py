@@ -1,31 +1,27 @@
 """A compiled graph: one shared library whose launcher runs every kernel, its constants,
 and an arena for the intermediates. Calling it is one native call.
 
-Saved files hold native code: load them only from a source you trust, as you would a
-shared library.
+Saved files hold native code. Their checksum finds accidental damage, not a deliberate
+rewrite: load files from a source you trust, or save and load them with ``key=``.
 """
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import hashlib
-import io
-import json
 import os
-import struct
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from taskloom.errors import ArgumentError, LoadError
+from taskloom.errors import ArgumentError, LoadError, TaskloomError
+from taskloom.runtime import saved_file
 from taskloom.runtime.aligned import aligned_copy, aligned_empty_at
 from taskloom.runtime.dlpack import array_view
 from taskloom.runtime.dlpack import as_torch as as_torch_tensor
+from taskloom.runtime.library_file import LoadedLibrary
 
-MAGIC = b"TASKLOOM-MODEL\x00\x01"
 ENTRY = "taskloom_graph"
 PROFILE_ENTRY = "taskloom_graph_profile"
 
@@ -46,12 +42,16 @@ class CompiledGraph:
     """Call it with arrays (numpy, or torch tensors through DLPack) for its inputs; it returns
     its outputs (torch tensors when the inputs were torch tensors)."""
 
-    def __init__(self, lib_path: str | os.PathLike, meta: dict[str, Any], constants: Sequence[np.ndarray]):
+    def __init__(self, lib_path: str | os.PathLike, meta: dict[str, Any], constants: Sequence[np.ndarray],
+                 *, library: LoadedLibrary | None = None):
+        """``library``: the library already loaded, with its bytes (a saved model's); by default
+        the one at ``lib_path`` (for a loaded model, ``lib_path`` is the saved file)."""
         self.lib_path = Path(lib_path)
         self.meta = meta
         self.constants = [aligned_copy(np.ascontiguousarray(c)) for c in constants]
         try:
-            self._lib = ctypes.CDLL(str(self.lib_path.resolve()))
+            self._lib, self._lib_bytes = library or LoadedLibrary(ctypes.CDLL(str(self.lib_path.resolve())),
+                                                                  self.lib_path.read_bytes())
             self._entry = getattr(self._lib, ENTRY)
         except (OSError, AttributeError) as e:
             raise LoadError(f"cannot load the compiled graph library {self.lib_path}: {e}") from None
@@ -232,60 +232,27 @@ class CompiledGraph:
         return view.data
 
     # ------------------------------------------------------------------ save / load
-    def save(self, path: str | os.PathLike) -> None:
-        """Writes one file with the library, the metadata and the constants.
+    def save(self, path: str | os.PathLike, *, key: str | bytes | None = None) -> None:
+        """Writes one file with the library, the metadata and the constants, atomically.
 
-        The file holds native code: share it only with people who trust you, and load only
-        files you trust.
+        Its checksum finds accidental damage; ``key`` (str or bytes) signs it instead with an
+        HMAC-SHA256, so that only holders of the key can write a file that loads with it.
         """
-        payload = io.BytesIO()
-        lib = self.lib_path.read_bytes()
-        payload.write(lib)
-        consts = []
-        for c in self.constants:
-            consts.append({"offset": payload.tell(), "nbytes": c.nbytes, "dtype": c.dtype.name,
-                           "shape": list(c.shape)})
-            payload.write(c.tobytes())
-        body = payload.getvalue()
-        header = {"meta": self.meta, "library_bytes": len(lib), "constants": consts,
-                  "sha256": hashlib.sha256(body).hexdigest()}
-        head = json.dumps(header).encode()
-        tmp = Path(str(path) + ".tmp")
-        with open(tmp, "wb") as f:
-            f.write(MAGIC + struct.pack("<Q", len(head)) + head + body)
-        os.replace(tmp, path)
+        specs = [(c.dtype.name, c.shape) for c in self.constants]
+        try:
+            saved_file.check_library_record(self._lib_bytes, self.meta, specs, f"cannot save {path}",
+                                            "compile the model again to save it")
+        except LoadError as e:
+            raise TaskloomError(str(e)) from None
+        saved_file.save_file(path, self.meta, self._lib_bytes, self.constants, key)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "CompiledGraph":
-        """Loads a saved graph (numpy only). Checks the file's integrity and that this machine
-        can run the code it holds."""
-        data = Path(path).read_bytes()
-        if not data.startswith(MAGIC):
-            raise LoadError(f"{path} is not a saved taskloom model")
-        try:
-            (n,) = struct.unpack("<Q", data[len(MAGIC):len(MAGIC) + 8])
-            header = json.loads(data[len(MAGIC) + 8:len(MAGIC) + 8 + n])
-            body = data[len(MAGIC) + 8 + n:]
-        except (struct.error, ValueError):
-            raise LoadError(f"{path} is damaged: its header cannot be read") from None
-        if hashlib.sha256(body).hexdigest() != header.get("sha256"):
-            raise LoadError(f"{path} is damaged: its contents do not match the checksum it was saved with")
-        from taskloom.target.cpu import CpuTarget
-        target = CpuTarget.from_dict(header["meta"]["target"])
-        if not target.runs_on_host():
-            raise LoadError(f"{path} was built for {target.key()}, which this machine cannot run "
-                            f"(it has {CpuTarget.host().key()}); compile the model here instead")
-        lib_bytes = body[:header["library_bytes"]]
-        cache = Path(tempfile.gettempdir()) / "taskloom-loaded"
-        cache.mkdir(exist_ok=True)
-        lib_path = cache / f"{hashlib.sha256(lib_bytes).hexdigest()}.so"
-        if not lib_path.exists():
-            tmp = lib_path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_bytes(lib_bytes)
-            os.replace(tmp, lib_path)
-        consts = [np.frombuffer(body, dtype=np.dtype(c["dtype"]), count=int(np.prod(c["shape"], dtype=np.int64)),
-                                offset=c["offset"]).reshape(c["shape"]).copy() for c in header["constants"]]
-        return cls(lib_path, header["meta"], consts)
+    def load(cls, path: str | os.PathLike, *, key: str | bytes | None = None) -> "CompiledGraph":
+        """Loads a saved graph (numpy only). Checks the file's checksum (or with ``key``, its
+        HMAC), its header against the library's own record, and that this machine can run the
+        code, all before loading that code from a place only this process reaches."""
+        meta, constants, library = saved_file.open_saved(path, key)
+        return cls(path, meta, constants, library=library)
 
     def __repr__(self) -> str:
         ins = ", ".join(f"{i['name']}: {i['dtype']}{i['shape']}" for i in self.inputs)

@@ -26,7 +26,9 @@ from taskloom.ir import expr as E
 from taskloom.ir.compute import GridCompute, ReduceCompute, Task, inline
 from taskloom.ir.dtypes import float32, index_type
 from taskloom.ir.functor import Rewriter, collect, substitute
-from taskloom.ir.index import unravel
+from taskloom.ir.index import row_major_offset, unravel
+from taskloom.schedule.vectorize import vectorize_expr
+from taskloom.target.cpu import CpuTarget
 from taskloom.transforms.simplify import simplify_expr
 
 
@@ -179,3 +181,101 @@ class _Replace(Rewriter):
         if node is self.old:
             return self.new
         return super().visit(node)
+
+
+# -- how the operands are read ---------------------------------------------------------
+
+#: Cycles per packed vector of L elements when the prologue vectorizes into a plain
+#: contiguous copy (a load and a store); a prologue that goes lane by lane costs a cycle
+#: per element for every LANE_NODES_PER_CYCLE nodes of its scalar expression (a 3x3
+#: convolution's padded window, ~80 nodes of index arithmetic and bounds checks, packs at
+#: about 5 cycles an element, measured; a 1x1 convolution's at about one).
+VECTOR_COPY_CYCLES = 2.0
+LANE_NODES_PER_CYCLE = 16.0
+#: Pack costs of a plain matmul's operands: both copies vectorize.
+DEFAULT_PACK = (VECTOR_COPY_CYCLES, VECTOR_COPY_CYCLES)
+
+
+def pack_kinds(con, target: CpuTarget) -> tuple[str, str]:
+    """How post-scheduling fusion packs A and B of the fused contraction ``con``: ``copy``
+    (a contiguous vector copy), ``vec`` (lanes computed as vectors), ``gather`` (strided
+    vector gathers) or ``lane<N>`` (element by element, the scalar prologue having N nodes).
+    They are part of a workload's record key, so the cost model can price records of tasks
+    it cannot rebuild."""
+    L = target.vector_lanes(float32)
+
+    def kind(expr: E.Expr, along: E.Var) -> str:
+        vector = vectorize_expr(expr, along, E.Var("pack_start", along.type), L, None, aligned=True)
+        if vector is None:
+            return f"lane{len(collect(expr, E.Expr))}"
+        if isinstance(vector, E.VectorLoad) and vector.stride == 1:
+            return "copy"
+        gathers = isinstance(vector, E.VectorLoad) or any(n.stride != 1 for n in collect(vector, E.VectorLoad))
+        return "gather" if gathers else "vec"
+
+    return kind(con.a, con.vk), kind(con.b, con.vn)
+
+
+def pack_cost(kind: str, lanes: int) -> float:
+    """Cycles per packed vector of ``lanes`` elements of a :func:`pack_kinds` kind."""
+    if kind == "copy":
+        return VECTOR_COPY_CYCLES
+    if kind == "vec":
+        return 2 * VECTOR_COPY_CYCLES
+    if kind == "gather":
+        return VECTOR_COPY_CYCLES + lanes / 2  # a gather costs about half a cycle per lane
+    if kind.startswith("lane") and kind[4:].isdigit():
+        return lanes * max(1.0, int(kind[4:]) / LANE_NODES_PER_CYCLE)
+    raise ValueError(f"unknown pack kind {kind!r}")
+
+
+def b_vectorizes(pack: tuple[float, float], lanes: int) -> bool:
+    """Whether B, packing at ``pack[1]`` cycles a vector, copies by vectors (a plain copy or
+    vector arithmetic, not a gather or lane by lane): what lets a band one tile high read it
+    in place (:func:`~taskloom.schedule.templates.matmul_cpu.reads_b_in_place`)."""
+    return pack[1] <= pack_cost("vec", lanes)
+
+
+def plain_a_stride(shape: tuple[int, int, int, int], pack: tuple[float, float]) -> int:
+    """The distance between A's rows, ``K``, when A packs by plain copies (``pack[0]``) as a
+    row-major matrix does; 0 (A is packed) when its prologue computes or gathers: what the
+    template is told when nothing better is known
+    (:func:`~taskloom.schedule.templates.matmul_cpu.reads_a_in_place`). The learned cost
+    model, which knows a tuning record only by its key, assumes it for every record, also
+    for a window without padding that copies plainly but is packed (its offset is not
+    ``row + k``: :func:`~taskloom.schedule.select.a_row_stride`)."""
+    return int(shape[3]) if pack[0] <= pack_cost("copy", 1) else 0
+
+
+def kinds_cost(kinds: tuple[str, str], lanes: int) -> tuple[float, float]:
+    """Cycles per vector of packing A and B, packed as ``kinds`` (:func:`pack_kinds`)."""
+    return pack_cost(kinds[0], lanes), pack_cost(kinds[1], lanes)
+
+
+def pack_costs(con, target: CpuTarget) -> tuple[float, float]:
+    """Cycles per vector of packing A and B for the fused contraction ``con``."""
+    return kinds_cost(pack_kinds(con, target), target.vector_lanes(float32))
+
+
+def a_row_stride(con: Contraction, a_kind: str) -> int:
+    """The distance in elements between two rows of A as the fused kernel reads them, when
+    A packs by plain copies (``a_kind``, its :func:`pack_kinds` kind,
+    is ``copy``) of one input at ``row(b, m) + k`` (a matrix, a 1x1 convolution's NHWC
+    input): what decides whether the template reads A in place
+    (:func:`~taskloom.schedule.templates.matmul_cpu.reads_a_in_place`); 0 otherwise. A
+    3x3 window copies by vectors too, but its offset divides k into taps and channels:
+    read in place, that arithmetic would run in the FMA loop (Inception-V3's stem: 1.6x
+    slower, measured)."""
+    a = con.a
+    if con.M < 2 or a_kind != "copy" or not isinstance(a, E.TensorElement):
+        return 0
+    offset = E.as_expr(row_major_offset(a.indices, a.tensor.shape))
+    if con.vk in E.free_vars(simplify_expr(offset - con.vk)):
+        return 0
+
+    def at(m: int) -> E.Expr:
+        return simplify_expr(substitute(offset, {con.vb: E.as_expr(0), con.vm: E.as_expr(m), con.vk: E.as_expr(0)}))
+    first, second = at(0), at(1)
+    if not (isinstance(first, E.Constant) and isinstance(second, E.Constant)):
+        return 0
+    return max(0, int(second.value) - int(first.value))

@@ -1,193 +1,49 @@
-"""Choosing how a task is scheduled: a template when one serves it, else the rule-based
-scheduler.
+"""Choosing how a task is scheduled: the first template of the target's kind that serves
+it (:mod:`taskloom.schedule.registry`), else the kind's rule-based scheduler.
 
-A (fused) task that reads as a contraction (:mod:`taskloom.schedule.contraction`) gets the
-matmul template with the config the tuning level asks for, and its prologues and epilogues
-through post-scheduling fusion. Everything else -- and contractions a template would serve
-badly, such as a matrix-vector product -- goes to :func:`~taskloom.schedule.rule_based.schedule_task`.
-When the graph compiler says which task inputs are constants, a contraction whose B reads
-only constants gets B packed at compile time (:mod:`taskloom.schedule.prepack`).
+Scheduling never chooses a template's config itself: the caller passes ``choose``, which
+maps the template's :class:`~taskloom.schedule.registry.Candidate` to a config (the drivers in :mod:`taskloom.compiler.drivers`
+read records, ask the analytic model or tune). What each target kind offers lives in its
+own module (:mod:`taskloom.schedule.cpu`).
 """
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from taskloom.ir import cdiv
-from taskloom.ir import expr as E
 from taskloom.ir import stmt as S
-from taskloom.ir.printer import expr_text
 from taskloom.ir.compute import Task
-from taskloom.ir.dtypes import float32
-from taskloom.ir.functor import substitute
-from taskloom.ir.index import row_major_offset
-from taskloom.schedule.contraction import Contraction, match_contraction
-from taskloom.schedule.post_fusion import fuse_contraction, fused_arg_specs, inputs_beside_panels
-from taskloom.schedule.rule_based import schedule_task
-from taskloom.schedule.templates.matmul_cpu import MatmulConfig, matmul_program, pack_b_panels
-from taskloom.target.cpu import CpuTarget
-from taskloom.transforms.simplify import simplify_expr
+from taskloom.schedule.registry import Candidate, Scheduled, rules_for, templates_for
+from taskloom.target.base import Target
+
+#: A template's candidate -> the config to build it with.
+ChooseConfig = Callable[[Candidate], Any]
 
 
-def template_serves(con: Contraction, target: CpuTarget) -> bool:
-    """Whether the matmul template beats the rule-based schedule on ``con``: it needs a
-    vector of columns to fill its register tile, and a few rows, or one row whose B copies
-    by vectors, as the template's one-row tiles read it in place
-    (:func:`~taskloom.schedule.templates.matmul_cpu.reads_b_in_place`): a vector times a
-    matrix read in order, 2.4-2.8x faster than a reduction down its columns, or times
-    ``relu(B)``, 6% faster (1 x 768 x 768, measured). A vector times a transposed operand is
-    a row reduction, which the rule-based scheduler vectorizes along K."""
-    lanes = target.vector_lanes(float32)
-    if con.N < lanes // 2 or con.K < 2:
-        return False
-    if con.M >= 2:
-        return True
-    from taskloom.tune.model import b_vectorizes, kinds_cost, pack_kinds
-    return b_vectorizes(kinds_cost(pack_kinds(con, target), lanes), lanes)
+def find_candidate(task: Task, target: Target, constants: Mapping[int, np.ndarray] | None = None,
+                   weights_stream: bool = False) -> Candidate | None:
+    """The first registered template of ``target``'s kind that serves ``task``, or None."""
+    for _name, finder in templates_for(target.kind):
+        found = finder(task, target, constants, weights_stream)
+        if found is not None:
+            return found
+    return None
 
 
-def workload_key(con: Contraction, kinds: tuple[str, str]) -> str:
-    """The tuning record key of a fused contraction: its sizes, how its operands pack
-    (:func:`~taskloom.tune.model.pack_kinds`, which the cost model reads back), and a digest
-    of what its prologue reads and its epilogue computes (a conv's window packs slower than
-    a matrix): ``matmul_cpu/1x64x3136x576/packlane12+lane79/<digest>``."""
-    a, b = kinds
-    text = f"{expr_text(con.a)}|{expr_text(con.b)}|{expr_text(con.epilogue)}"
-    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-    return "matmul_cpu/" + "x".join(str(d) for d in con.shape) + f"/pack{a}+{b}/" + digest
-
-
-def a_row_stride(con: Contraction, a_kind: str) -> int:
-    """The distance in elements between two rows of A as the fused kernel reads them, when
-    A packs by plain copies (``a_kind``, its :func:`~taskloom.tune.model.pack_kinds` kind,
-    is ``copy``) of one input at ``row(b, m) + k`` (a matrix, a 1x1 convolution's NHWC
-    input): what decides whether the template reads A in place
-    (:func:`~taskloom.schedule.templates.matmul_cpu.reads_a_in_place`); 0 otherwise. A
-    3x3 window copies by vectors too, but its offset divides k into taps and channels:
-    read in place, that arithmetic would run in the FMA loop (Inception-V3's stem: 1.6x
-    slower, measured)."""
-    a = con.a
-    if con.M < 2 or a_kind != "copy" or not isinstance(a, E.TensorElement):
-        return 0
-    offset = E.as_expr(row_major_offset(a.indices, a.tensor.shape))
-    if con.vk in E.free_vars(simplify_expr(offset - con.vk)):
-        return 0
-
-    def at(m: int) -> E.Expr:
-        return simplify_expr(substitute(offset, {con.vb: E.as_expr(0), con.vm: E.as_expr(m), con.vk: E.as_expr(0)}))
-    first, second = at(0), at(1)
-    if not (isinstance(first, E.Constant) and isinstance(second, E.Constant)):
-        return 0
-    return max(0, int(second.value) - int(first.value))
-
-
-@dataclass(frozen=True)
-class Tunable:
-    """What tuning a fused contraction needs: its record key, its operands' pack costs, the
-    fused kernel of a config (named ``fused`` unless told otherwise), the kernel's
-    arguments (or config -> its arguments, when B comes as panels shaped by the config) and
-    the distance between A's rows as it reads them (:func:`a_row_stride`)."""
-
-    con: Contraction
-    workload: str
-    pack: tuple[float, float]
-    kernel: Callable[..., S.Function]
-    args: list[tuple[tuple[int, ...], str]] | Callable[[MatmulConfig], list[tuple[tuple[int, ...], str]]]
-    a_stride: int = 0
-
-
-def tunable(con: Contraction, target: CpuTarget, prepacked_b: int = 0, prefetch_b: bool = False) -> Tunable:
-    """The :class:`Tunable` of ``con`` on ``target``: the kernel as a compiled graph runs it,
-    taking B's panels packed at compile time when B is a weight (``prepacked_b``: how many
-    batches of B, see :func:`~taskloom.schedule.templates.matmul_cpu.matmul_program`), and
-    prefetching them when the graph's weights stream (``prefetch_b``). Such a kernel packs no
-    B, which changes its best config: its records have a key of their own (``/prepacked``)."""
-    from taskloom.tune.model import b_vectorizes, kinds_cost, pack_kinds
-    kinds = pack_kinds(con, target)
-    lanes = target.vector_lanes(float32)
-    pack = kinds_cost(kinds, lanes)
-    in_place = b_vectorizes(pack, lanes)
-    a_stride = a_row_stride(con, kinds[0])
-
-    def fused(c: MatmulConfig, name: str = "fused") -> S.Function:
-        return fuse_contraction(matmul_program(con.shape, c, target, name=name, b_vectorizes=in_place,
-                                               prepacked_b=prepacked_b, prefetch_b=prefetch_b,
-                                               a_stride=a_stride), con)
-    specs = fused_arg_specs(con)
-    if not prepacked_b:
-        return Tunable(con, workload_key(con, kinds), pack, fused, specs, a_stride)
-    _, _, N, K = con.shape
-    beside = [specs[k] for k in inputs_beside_panels(con)]
-
-    def args(c: MatmulConfig) -> list[tuple[tuple[int, ...], str]]:
-        nr = c.nv * lanes
-        return [*beside, ((prepacked_b, cdiv(N, nr), K, nr), "float32"), specs[-1]]
-    return Tunable(con, workload_key(con, kinds) + "/prepacked", (pack[0], 0.0), fused, args, a_stride)
-
-
-def task_tunable(task: Task, target: CpuTarget, constants: Mapping[int, np.ndarray] | None = None,
-                 weights_stream: bool = False) -> tuple[Tunable, np.ndarray | None] | None:
-    """The :class:`Tunable` of ``task`` as a compiled graph schedules it, and B evaluated
-    from the ``constants`` among its inputs (to be packed now; None when B reads an input),
-    or None when the matmul template does not serve the task."""
-    con = match_contraction(task)
-    if con is None or not template_serves(con, target):
-        return None
-    from taskloom.schedule.prepack import constant_b
-    b = constant_b(con, constants) if constants else None
-    return tunable(con, target, prepacked_b=0 if b is None else b.shape[0], prefetch_b=weights_stream), b
-
-
-def choose_config(t: Tunable, target: CpuTarget, tune: int = 0, deadline: float | None = None) -> MatmulConfig:
-    """The config for the fused contraction ``t`` (its :func:`tunable`): a tuning record if
-    one exists, a measured search of the fused kernel with ``tune`` > 0 (stopping at
-    ``deadline``, a ``time.monotonic()``), else the analytic model's top choice (nothing
-    measured)."""
-    con = t.con
-    if tune == 0:
-        from taskloom.tune.model import best_config
-        from taskloom.tune.tuner import recorded_config
-        best = recorded_config(con.shape, target, workload=t.workload)
-        return best if best is not None else best_config(con.shape, target, t.pack, t.a_stride)
-    from taskloom.tune.tuner import tune_matmul
-    return tune_matmul(con.shape, target, level=tune, kernel=t.kernel, args=t.args, workload=t.workload,
-                       pack=t.pack, deadline=deadline, a_stride=t.a_stride)
-
-
-def schedule(task: Task, target: CpuTarget, name: str | None = None, tune: int = 0,
-             deadline: float | None = None) -> S.Function:
-    """The scheduled program of ``task`` (fused or not) for ``target``; tuning (``tune`` > 0)
-    stops at ``deadline``. Its parameters are the task's inputs, then its outputs."""
-    return schedule_kernel(task, target, name, tune, deadline).fn
-
-
-@dataclass(frozen=True, eq=False)
-class Scheduled:
-    """A scheduled kernel and what its parameters before the outputs take, in order: the
-    position of one of the task's inputs, or an array made at compile time (B's prepacked
-    panels)."""
-
-    fn: S.Function
-    inputs: tuple[int | np.ndarray, ...]
-
-
-def schedule_kernel(task: Task, target: CpuTarget, name: str | None = None, tune: int = 0,
-                    deadline: float | None = None, constants: Mapping[int, np.ndarray] | None = None,
+def schedule_kernel(task: Task, target: Target, choose: ChooseConfig, name: str | None = None,
+                    constants: Mapping[int, np.ndarray] | None = None,
                     weights_stream: bool = False) -> Scheduled:
-    """:func:`schedule`, told which task inputs are constants (``constants``, by position):
-    a contraction whose B reads only those gets B packed now, and its kernel takes the
-    panels in place of the inputs only B read. ``weights_stream`` says the graph's weights
-    outgrow the caches, so that a prepacked B comes from memory on every call and the
-    kernel prefetches its panels."""
-    found = task_tunable(task, target, constants, weights_stream)
+    """The scheduled kernel of ``task`` for ``target``; a template's config is ``choose(candidate)``.
+
+    ``constants`` (by input position) says which task inputs are constants, so a template
+    may pack them now; ``weights_stream`` says the graph's weights outgrow the caches."""
+    found = find_candidate(task, target, constants, weights_stream)
     if found is not None:
-        t, b = found
-        config = choose_config(t, target, tune, deadline)
-        fn = t.kernel(config, name or task.name)  # the kernel tuning times, as it is built here
-        if b is None:
-            return Scheduled(fn, tuple(range(len(task.inputs))))
-        return Scheduled(fn, (*fn.attr("inputs"), pack_b_panels(b, config, target)))
-    return Scheduled(schedule_task(task, target, name), tuple(range(len(task.inputs))))
+        return found.build(choose(found), name or task.name)
+    return Scheduled(rules_for(target.kind)(task, target, name), tuple(range(len(task.inputs))))
+
+
+def schedule(task: Task, target: Target, choose: ChooseConfig, name: str | None = None) -> S.Function:
+    """The scheduled program of ``task``; its parameters are the task's inputs, then its outputs."""
+    return schedule_kernel(task, target, choose, name).fn

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from taskloom.errors import TargetError
+from taskloom.target.base import Target
 
 #: Every ISA flag a target may carry, in canonical order (the order of key() and cflags()).
 KNOWN_FLAGS: tuple[str, ...] = (
@@ -48,12 +49,14 @@ _SIZE_UNITS = {"K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}
 
 
 @dataclass(frozen=True)
-class CpuTarget:
+class CpuTarget(Target):
     """An x86-64 CPU to generate and build code for.
 
     ``isa`` holds the flags of :data:`KNOWN_FLAGS` the CPU supports; the cache sizes are
     those one core sees, in bytes.
     """
+
+    kind = "cpu"
 
     name: str
     num_cores: int
@@ -103,17 +106,6 @@ class CpuTarget:
                 target = target.with_cores(cores)
         return target
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CpuTarget:
-        """Rebuild a target written by :meth:`to_dict` (e.g. from a saved model)."""
-        if data.get("kind", "cpu") != "cpu":
-            raise TargetError(f"not a CPU target description: kind={data.get('kind')!r}")
-        fields = [f.name for f in dataclasses.fields(cls)]
-        missing = [f for f in fields if f not in data]
-        if missing:
-            raise TargetError(f"CPU target description lacks {', '.join(missing)}")
-        return cls(**{f: data[f] for f in fields})
-
     def with_isa(self, level: str) -> CpuTarget:
         """This target restricted (or raised, for cross-builds) to an ISA level."""
         if level not in ISA_LEVELS:
@@ -160,6 +152,10 @@ class CpuTarget:
             raise TargetError(f"element size {nbytes} bytes does not divide a {width}-byte vector")
         return width // nbytes
 
+    def cache_bytes_between_kernels(self) -> int:
+        """Every core's L2: what a kernel's data finds again in the next kernel."""
+        return self.num_cores * self.l2_bytes
+
     def runs_on_host(self, host: CpuTarget | None = None) -> bool:
         """Whether code built for this target runs on ``host`` (default: this machine)."""
         return self.isa <= (host or CpuTarget.host()).isa
@@ -192,17 +188,6 @@ class CpuTarget:
 def host_target() -> CpuTarget:
     """The machine this process runs on."""
     return CpuTarget.host()
-
-
-def get_target(spec: str | CpuTarget | None) -> CpuTarget:
-    """Resolve a user's target argument: ``None`` is the host, a string is parsed."""
-    if spec is None:
-        return CpuTarget.host()
-    if isinstance(spec, CpuTarget):
-        return spec
-    if isinstance(spec, str):
-        return CpuTarget.from_string(spec)
-    raise TargetError(f"a target is a CpuTarget, a string like 'cpu -isa=avx2' or None, got {spec!r}")
 
 
 # -- reading the machine --------------------------------------------------------------

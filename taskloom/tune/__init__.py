@@ -1,7 +1,7 @@
 """Tuning: measure candidate kernels and remember which configuration was fastest.
 
 - :mod:`taskloom.tune.model` predicts a config's time from the config and the machine's
-  probed rates (:mod:`taskloom.target.probe`); ``tune=0`` builds its top choice.
+  probed rates (:mod:`taskloom.tune.probe_cpu`); ``tune=0`` builds its top choice.
 - :mod:`taskloom.tune.cost_model` ranks configs with a LightGBM model trained on the records
   (features read off the lowered program).
 - :mod:`taskloom.tune.tuner` picks a template's config for a workload: level 0 takes a

@@ -36,7 +36,8 @@ from taskloom.ir.functor import collect
 from taskloom.schedule.templates.matmul_cpu import MatmulConfig, matmul_program
 from taskloom.target.cpu import CpuTarget
 from taskloom.transforms.simplify_rules import fold_binary
-from taskloom.tune.model import b_vectorizes, plain_a_stride, predict
+from taskloom.schedule.contraction import DEFAULT_PACK, b_vectorizes, kinds_cost, plain_a_stride
+from taskloom.tune.model import predict
 from taskloom.tune.records import Records, config_key
 
 _PROGRAM_KEYS = ("fma", "vload_param", "vload_local", "vstore_param", "vstore_local", "gather",
@@ -248,7 +249,6 @@ def parse_workload(workload: str, target: CpuTarget) -> tuple[tuple[int, int, in
     keys: ``matmul_cpu/1x64x3136x576/packlane12+lane79/<digest>[/prepacked]`` or
     ``matmul_cpu/1x512x512x512``."""
     from taskloom.ir.dtypes import float32
-    from taskloom.tune.model import DEFAULT_PACK, kinds_cost
     parts = workload.split("/")
     if len(parts) < 2 or parts[0] != "matmul_cpu":
         return None

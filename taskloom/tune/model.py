@@ -26,7 +26,7 @@ of the ``PM x PN`` grid, as Roller prices an rTile by the traffic of each memory
   packed element costs its reads from wherever the operand lives (L2, L3 or DRAM, sized
   by the operand against the caches, DRAM shared by the busy cores) and the copy itself,
   which is cheap for a contiguous vector copy and about a cycle per element for a prologue
-  that packs lane by lane (a 3x3 convolution's window: :func:`pack_costs`).
+  that packs lane by lane (a 3x3 convolution's window: :func:`~taskloom.schedule.contraction.pack_costs`).
 - **balance**: the busiest core's band is what counts; a grid with idle cores or ragged
   bands predicts slower. Grids the model prices within 1% of each other are a tie, which
   goes to the grid splitting more rows (:func:`rank`).
@@ -46,8 +46,9 @@ from taskloom.ir import expr as E
 from taskloom.ir.dtypes import float32
 from taskloom.schedule.templates.matmul_cpu import (L1_SET_SPAN, MatmulConfig, blocking, default_config,
                                                      matmul_space, reads_a_in_place, reads_b_in_place)
+from taskloom.schedule.contraction import DEFAULT_PACK, b_vectorizes, plain_a_stride
 from taskloom.target.cpu import CpuTarget
-from taskloom.target.probe import HardwareProfile, profile_for
+from taskloom.tune.probe_cpu import HardwareProfile, profile_for
 
 #: Vector FMA and load ports per core: two of each on every AVX2 and AVX-512 core we target.
 FMA_PORTS, LOAD_PORTS = 2, 2
@@ -62,15 +63,6 @@ L2_STREAM_SHARE = 0.15
 #: Cycles a micro-kernel call spends outside its k loop besides the accumulators: loop and
 #: address set-up, the branch on the K block.
 CALL_OVERHEAD_CYCLES = 12
-#: Cycles per packed vector of L elements when the prologue vectorizes into a plain
-#: contiguous copy (a load and a store); a prologue that goes lane by lane costs a cycle
-#: per element for every LANE_NODES_PER_CYCLE nodes of its scalar expression (a 3x3
-#: convolution's padded window, ~80 nodes of index arithmetic and bounds checks, packs at
-#: about 5 cycles an element, measured; a 1x1 convolution's at about one).
-VECTOR_COPY_CYCLES = 2.0
-LANE_NODES_PER_CYCLE = 16.0
-#: Pack costs of a plain matmul's operands: both copies vectorize.
-DEFAULT_PACK = (VECTOR_COPY_CYCLES, VECTOR_COPY_CYCLES)
 #: A fork-join of the parallel region with the team awake, as it is between a graph's
 #: kernels (three 1 x 64 x 64 linears: 2.6 us with a team of two, 1.1 with none, measured);
 #: none when the kernel runs on one core.
@@ -116,9 +108,9 @@ def predict(shape: tuple[int, int, int, int], config: MatmulConfig, target: CpuT
             a_stride: int | None = None) -> Prediction:
     """The predicted seconds of the matmul template running ``shape = (Bt, M, N, K)`` with
     ``config`` on ``target``. ``pack`` is the cost in cycles of packing one vector of A and
-    of B (see :func:`pack_costs`); ``profile`` defaults to the target's probe or estimate;
+    of B (see :func:`~taskloom.schedule.contraction.pack_costs`); ``profile`` defaults to the target's probe or estimate;
     ``a_stride`` is the distance between A's rows as the kernel reads them (default
-    :func:`plain_a_stride`).
+    :func:`~taskloom.schedule.contraction.plain_a_stride`).
 
     >>> predict((1, 512, 512, 512), default_config((1, 512, 512, 512), t), t).seconds
     """
@@ -214,69 +206,6 @@ def predict(shape: tuple[int, int, int, int], config: MatmulConfig, target: CpuT
     parts = {"kernel": kernel, "partials": partials, "refetch": refetch, "pack_a": pack_a, "pack_b": pack_b,
              "overhead": PARALLEL_OVERHEAD_S if busy > 1 else 0.0}
     return Prediction(sum(parts.values()), parts)
-
-
-def pack_kinds(con, target: CpuTarget) -> tuple[str, str]:
-    """How post-scheduling fusion packs A and B of the fused contraction ``con``: ``copy``
-    (a contiguous vector copy), ``vec`` (lanes computed as vectors), ``gather`` (strided
-    vector gathers) or ``lane<N>`` (element by element, the scalar prologue having N nodes).
-    They are part of a workload's record key, so the cost model can price records of tasks
-    it cannot rebuild."""
-    from taskloom.ir.functor import collect
-    from taskloom.schedule.vectorize import vectorize_expr
-    L = target.vector_lanes(float32)
-
-    def kind(expr: E.Expr, along: E.Var) -> str:
-        vector = vectorize_expr(expr, along, E.Var("pack_start", along.type), L, None, aligned=True)
-        if vector is None:
-            return f"lane{len(collect(expr, E.Expr))}"
-        if isinstance(vector, E.VectorLoad) and vector.stride == 1:
-            return "copy"
-        gathers = isinstance(vector, E.VectorLoad) or any(n.stride != 1 for n in collect(vector, E.VectorLoad))
-        return "gather" if gathers else "vec"
-
-    return kind(con.a, con.vk), kind(con.b, con.vn)
-
-
-def pack_cost(kind: str, lanes: int) -> float:
-    """Cycles per packed vector of ``lanes`` elements of a :func:`pack_kinds` kind."""
-    if kind == "copy":
-        return VECTOR_COPY_CYCLES
-    if kind == "vec":
-        return 2 * VECTOR_COPY_CYCLES
-    if kind == "gather":
-        return VECTOR_COPY_CYCLES + lanes / 2  # a gather costs about half a cycle per lane
-    if kind.startswith("lane") and kind[4:].isdigit():
-        return lanes * max(1.0, int(kind[4:]) / LANE_NODES_PER_CYCLE)
-    raise ValueError(f"unknown pack kind {kind!r}")
-
-
-def b_vectorizes(pack: tuple[float, float], lanes: int) -> bool:
-    """Whether B, packing at ``pack[1]`` cycles a vector, copies by vectors (a plain copy or
-    vector arithmetic, not a gather or lane by lane): what lets a band one tile high read it
-    in place (:func:`~taskloom.schedule.templates.matmul_cpu.reads_b_in_place`)."""
-    return pack[1] <= pack_cost("vec", lanes)
-
-
-def plain_a_stride(shape: tuple[int, int, int, int], pack: tuple[float, float]) -> int:
-    """The distance between A's rows, ``K``, when A packs by plain copies (``pack[0]``) as a
-    row-major matrix does; 0 (A is packed) when its prologue computes or gathers: what the
-    template is told when nothing better is known
-    (:func:`~taskloom.schedule.templates.matmul_cpu.reads_a_in_place`). The learned cost
-    model, which knows a tuning record only by its key, assumes it for every record, also
-    for a window without padding that copies plainly but is packed (its offset is not
-    ``row + k``: :func:`~taskloom.schedule.select.a_row_stride`)."""
-    return int(shape[3]) if pack[0] <= pack_cost("copy", 1) else 0
-
-
-def kinds_cost(kinds: tuple[str, str], lanes: int) -> tuple[float, float]:
-    """Cycles per vector of packing A and B, packed as ``kinds`` (:func:`pack_kinds`)."""
-    return pack_cost(kinds[0], lanes), pack_cost(kinds[1], lanes)
-
-
-def pack_costs(con, target: CpuTarget) -> tuple[float, float]:
-    """Cycles per vector of packing A and B for the fused contraction ``con``."""
-    return kinds_cost(pack_kinds(con, target), target.vector_lanes(float32))
 
 
 def effective(shape: tuple[int, int, int, int], config: MatmulConfig, target: CpuTarget) -> tuple[int, ...]:

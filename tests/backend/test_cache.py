@@ -1,3 +1,4 @@
+import hashlib
 import json
 import os
 import threading
@@ -126,4 +127,6 @@ def test_bad_keys_and_files_are_rejected(cache):
 
 def test_meta_is_json(cache):
     entry = cache.store(KEY_A, {"lib.so": b"x"}, {"flags": ["-O3"], "n": 2})
-    assert json.loads((entry.path / "meta.json").read_text()) == {"flags": ["-O3"], "n": 2}
+    assert json.loads((entry.path / "meta.json").read_text()) == {
+        "flags": ["-O3"], "n": 2, "lib.so": {"bytes": 1, "sha256": hashlib.sha256(b"x").hexdigest()}}
+    assert entry.meta == {"flags": ["-O3"], "n": 2}

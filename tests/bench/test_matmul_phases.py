@@ -7,7 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from taskloom.target.cpu import CpuTarget
+
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "matmul_phases.py"
+#: A tile of 6 rows by as many vectors as the host's registers allow: 6 x 4 with AVX-512's 32
+#: registers, 6 x 2 with AVX2's 16.
+NV = 4 if CpuTarget.host().num_vector_registers >= 32 else 2
 
 
 @pytest.fixture(scope="module")
@@ -26,8 +31,8 @@ def table(phases, capsys, shape: str, config: str) -> list[list[str]]:
 
 
 @pytest.mark.parametrize("shape, config, cores, blocks", [
-    ("70,300,300", "6,4,144,906,1024,2,1", 2, 3),   # two cores, K in three blocks
-    ("61,300,40", "6,4,144,906,1024,1,1", 1, 0),    # one core, one K block: pack A follows pack B directly
+    ("70,300,300", f"6,{NV},144,906,1024,2,1", 2, 3),   # two cores, K in three blocks
+    ("61,300,40", f"6,{NV},144,906,1024,1,1", 1, 0),    # one core, one K block: pack A follows pack B directly
 ])
 def test_every_phase_and_block_has_its_column(phases, capsys, shape, config, cores, blocks):
     head, _, *rows = table(phases, capsys, shape, config)
@@ -43,10 +48,9 @@ def test_instrumented_source_keeps_braces_balanced(phases):
     from taskloom.backend.codegen_c import codegen_c
     from taskloom.ir import stmt as S
     from taskloom.schedule.templates.matmul_cpu import MatmulConfig, matmul_program
-    from taskloom.target.cpu import CpuTarget
     from taskloom import transforms
     target = CpuTarget.host()
-    fn = matmul_program((1, 61, 300, 40), MatmulConfig(6, 4, 144, 906, 1024, 1, 1), target)
+    fn = matmul_program((1, 61, 300, 40), MatmulConfig(6, NV, 144, 906, 1024, 1, 1), target)
     src = codegen_c(S.Module((transforms.lower(fn),)), target)
     out = phases.instrument(src, fn.name)
     assert out.count("{") - out.count("}") == src.count("{") - src.count("}")

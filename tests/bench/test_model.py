@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 from taskloom.bench import model as bench_model  # noqa: E402
 from taskloom.cli import main  # noqa: E402
 
-ROW_KEYS = {"system", "median_ms", "gflops", "max_abs_diff", "error", "compile_s", "note", "runs"}
+ROW_KEYS = {"system", "median_ms", "round_ms", "gflops", "max_abs_diff", "error", "compile_s", "note", "runs"}
 
 
 def tiny(name: str, batch: int = 1, seq: int = 128, seed: int = 0):
@@ -75,6 +75,7 @@ def test_direct_adds_a_row_for_the_compiled_graph(tiny_zoo, tmp_path):
                  "--json", str(path)]) == 0
     record = json.loads(path.read_text())
     assert record["args"]["direct"] and record["command"].endswith("--direct --budget 300")
+    assert "--rounds 3" in record["command"] and record["rounds"] == 3
     taskloom_row, direct = record["rows"]
     assert direct["system"] == "taskloom-direct" and direct["error"] is None
     assert direct["max_abs_diff"] < 1e-4 and direct["median_ms"] > 0 and "taskloom.compile" in direct["note"]
@@ -120,3 +121,29 @@ def test_a_slow_system_gets_fewer_runs_within_the_budget(tiny_zoo, monkeypatch, 
     rows = {r["system"]: r for r in json.loads(path.read_text())["rows"]}
     assert rows["taskloom"]["runs"] == 30
     assert bench_model.MIN_RUNS <= rows["ort"]["runs"] < 30 and rows["ort"]["median_ms"] >= 200
+
+
+def test_systems_take_turns_in_rotating_rounds(tiny_zoo, monkeypatch, tmp_path, capsys):
+    from taskloom.bench import peers, timing
+    order = []
+
+    def prepare(system, model, inputs, **kwargs):
+        def run():
+            return model(*inputs).detach().numpy()
+        run.system = system
+        return peers.Prepared(run, 0.0, system)
+    real_block = timing.time_block
+
+    def block(fn, repeats, warmup):
+        order.append(getattr(fn, "system", "taskloom"))
+        return real_block(fn, repeats, warmup)
+    monkeypatch.setattr(peers, "prepare", prepare)
+    monkeypatch.setattr(bench_model, "time_block", block)
+    monkeypatch.setattr(timing, "SETTLE_S", 0.0)
+    path = tmp_path / "r.json"
+    assert main(["bench", "model", "resnet50", "--compare", "torch,ort", "--repeats", "6", "--rounds", "3",
+                 "--json", str(path)]) == 0
+    assert order == ["taskloom", "torch", "ort", "torch", "ort", "taskloom", "ort", "taskloom", "torch"]
+    rows = json.loads(path.read_text())["rows"]
+    assert all(r["runs"] == 6 and len(r["round_ms"]) == 3 for r in rows)
+    assert "spread" in capsys.readouterr().out

@@ -334,7 +334,7 @@ def test_save_and_load_round_trip(tmp_path):
 
 def test_import_taskloom_does_not_import_torch():
     code = ("import sys, taskloom; assert 'torch' not in sys.modules; "
-            "m = taskloom.torch; assert 'torch' in sys.modules and m.__name__ == 'taskloom.frontend.torch'")
+            "m = taskloom.torch; assert 'torch' in sys.modules and m.__name__ == 'taskloom.torch'")
     subprocess.run([sys.executable, "-c", code], check=True)
     assert "taskloom" in torch._dynamo.list_backends()
 
@@ -451,3 +451,12 @@ def test_many_models_of_one_class_compile_in_one_process():
         kept.append((model, compiled))
         with torch.no_grad():
             torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-6)
+
+
+def test_the_torch_frontend_imports_by_its_public_name():
+    code = ("import sys, taskloom\n"
+            "assert 'torch' not in sys.modules  # import taskloom never imports torch\n"
+            "import taskloom.torch\n"
+            "from taskloom.torch import compile\n"
+            "assert taskloom.torch.compile is compile and taskloom.torch.register\n")
+    subprocess.run([sys.executable, "-c", code], check=True)

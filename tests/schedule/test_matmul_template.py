@@ -16,10 +16,12 @@ from taskloom.schedule.templates.matmul_cpu import (LINE_FLOATS, MatmulConfig, b
                                                     k_block, matmul_program, matmul_space, pack_b_panels,
                                                     reads_a_in_place, reads_b_in_place)
 from taskloom.ir.index import round_up
-from taskloom.target import get_target, host_target
+from taskloom.target import CpuTarget, get_target, host_target
 
 HOST = host_target()
 AVX2 = get_target("cpu -isa=avx2")
+AVX512 = CpuTarget("avx512 box", 2, {"sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq"},
+                   l1d_bytes=48 * 1024, l2_bytes=2 * 1024 ** 2)
 
 
 @pytest.fixture(autouse=True)
@@ -146,16 +148,16 @@ def test_packed_and_in_place_a_on_sampled_configs(target):
 def test_a_is_read_in_place_in_blocks_of_few_panels_and_uncrowded_sets():
     """A plain A is read in place when a block has at most four column panels and at most
     two of a tile's rows share an L1 set; more panels, rows 512 floats apart, nine rows 768
-    apart, or an A that does not copy plainly, and A is packed."""
+    apart, or an A that does not copy plainly, and A is packed (16-lane vectors, whatever the host)."""
     c64 = MatmulConfig(6, 4, 144, 906, 1024, 2, 1)
-    assert reads_a_in_place((1, 3136, 64, 256), c64, HOST, 256)  # one panel, rows 1 KiB apart
-    assert reads_a_in_place((1, 3136, 256, 64), c64, HOST, 64)  # four panels, rows 256 bytes apart
-    assert not reads_a_in_place((1, 1568, 512, 64), c64, HOST, 64)  # eight panels
-    assert not reads_a_in_place((1, 784, 128, 512), c64, HOST, 512)  # three rows on the same sets
-    assert not reads_a_in_place((1, 289, 192, 768), MatmulConfig(9, 3, 192, 675, 1024, 1, 2), HOST, 768)
-    assert not reads_a_in_place((1, 3136, 64, 256), c64, HOST, 0)
-    assert matmul_program((1, 512, 512, 512), c64, HOST).attr("packs_a") is True
-    assert matmul_program((1, 3136, 64, 256), c64, HOST).attr("packs_a") is False
+    assert reads_a_in_place((1, 3136, 64, 256), c64, AVX512, 256)  # one panel, rows 1 KiB apart
+    assert reads_a_in_place((1, 3136, 256, 64), c64, AVX512, 64)  # four panels, rows 256 bytes apart
+    assert not reads_a_in_place((1, 1568, 512, 64), c64, AVX512, 64)  # eight panels
+    assert not reads_a_in_place((1, 784, 128, 512), c64, AVX512, 512)  # three rows on the same sets
+    assert not reads_a_in_place((1, 289, 192, 768), MatmulConfig(9, 3, 192, 675, 1024, 1, 2), AVX512, 768)
+    assert not reads_a_in_place((1, 3136, 64, 256), c64, AVX512, 0)
+    assert matmul_program((1, 512, 512, 512), c64, AVX512).attr("packs_a") is True
+    assert matmul_program((1, 3136, 64, 256), c64, AVX512).attr("packs_a") is False
 
 
 @pytest.mark.parametrize("target", [HOST, AVX2], ids=["host", "avx2"])

@@ -14,7 +14,7 @@ from taskloom.ir.compute import tensor_input
 from taskloom.ir.dtypes import index_type
 from taskloom.schedule.contraction import match_contraction
 from taskloom.schedule.prepack import NotEvaluable, constant_b, evaluate
-from taskloom.schedule.select import schedule_kernel
+from taskloom.compiler.drivers import schedule_kernel
 from taskloom.target import host_target
 
 HOST = host_target()

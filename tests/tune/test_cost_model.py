@@ -11,7 +11,7 @@ from taskloom import ops
 from taskloom.graph import Graph, input
 from taskloom.graph.fusion import fuse_graph
 from taskloom.schedule.contraction import match_contraction
-from taskloom.schedule.select import tunable
+from taskloom.schedule.cpu import tunable
 from taskloom.schedule.templates.matmul_cpu import MatmulConfig, matmul_program
 from taskloom.target.cpu import CpuTarget
 from taskloom.transforms import lower

@@ -12,7 +12,8 @@ from taskloom import ops
 from taskloom.graph import Graph, input
 from taskloom.schedule.templates.matmul_cpu import MatmulConfig, core_grid, default_config, matmul_space
 from taskloom.target.cpu import CpuTarget
-from taskloom.target.probe import estimate
+from taskloom.tune.probe_cpu import estimate
+from taskloom.schedule import contraction
 from taskloom.tune import model
 
 AVX512 = CpuTarget("test-avx512", 4, frozenset({"sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw",
@@ -97,7 +98,7 @@ def test_a_band_one_tile_high_reads_b_in_place():
     streams from L2, unless B does not copy by vectors (a convolution's window)."""
     shape, config = (1, 4, 2048, 512), MatmulConfig(4, 4, 512, 64, 1024, 1, 1)
     plain = predict(shape, config)
-    window = predict(shape, config, pack=(model.VECTOR_COPY_CYCLES, model.pack_cost("lane80", 16)))
+    window = predict(shape, config, pack=(contraction.VECTOR_COPY_CYCLES, contraction.pack_cost("lane80", 16)))
     assert plain.parts["pack_b"] < window.parts["pack_b"] and plain.parts["kernel"] < window.parts["kernel"]
     taller = predict((1, 8, 2048, 512), config)  # two rows of tiles: B is packed
     assert taller.parts["pack_b"] > plain.parts["pack_b"]
@@ -159,12 +160,12 @@ def test_pack_costs_follow_the_prologue():
     from taskloom.schedule.contraction import match_contraction
     a, b = input((64, 32), name="a"), input((32, 48), name="b")
     (g,) = fuse_graph(Graph([a, b], [ops.matmul(a, b)]))
-    assert model.pack_costs(match_contraction(g.task), AVX512) == model.DEFAULT_PACK
+    assert contraction.pack_costs(match_contraction(g.task), AVX512) == contraction.DEFAULT_PACK
     x = input((1, 8, 12, 12), name="x")
     w = taskloom.asarray(np.ones((16, 8, 3, 3), np.float32))
     (g,) = fuse_graph(Graph([x], [ops.conv2d(x, w, padding=1)]))
-    pa, pb = model.pack_costs(match_contraction(g.task), AVX512)
-    assert pb > model.VECTOR_COPY_CYCLES
+    pa, pb = contraction.pack_costs(match_contraction(g.task), AVX512)
+    assert pb > contraction.VECTOR_COPY_CYCLES
 
 
 def test_tune0_builds_the_model_pick(tmp_path, monkeypatch):

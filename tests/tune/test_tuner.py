@@ -10,12 +10,12 @@ from taskloom import ops
 from taskloom.graph import Graph, input
 from taskloom.schedule.templates.matmul_cpu import MatmulConfig
 from taskloom.target import host_target
-from taskloom.tune import Measurement, Records, config_key, model, tuner
+from taskloom.tune import Measurement, Records, budget, config_key, model, tuner
 from taskloom.tune.tuner import candidates, matmul_workload, recorded_config, tune_matmul
 from taskloom.graph.fusion import fuse_graph
-from taskloom.graph.passes import optimize
+from taskloom.compiler.passes import optimize
 from taskloom.schedule.contraction import match_contraction
-from taskloom.schedule.select import tunable
+from taskloom.schedule.cpu import tunable
 
 T = host_target()
 
@@ -128,12 +128,12 @@ def test_finalists_are_timed_again_and_keep_their_median(tmp_path):
 
 
 def test_budget_strings():
-    assert tuner.parse_budget("90s") == 90 and tuner.parse_budget("2m") == 120
-    assert tuner.parse_budget("1.5h") == 5400 and tuner.parse_budget(30) == 30
-    assert tuner.parse_budget(None) is None
+    assert budget.parse_budget("90s") == 90 and budget.parse_budget("2m") == 120
+    assert budget.parse_budget("1.5h") == 5400 and budget.parse_budget(30) == 30
+    assert budget.parse_budget(None) is None
     for bad in ("soon", "-3m", 0, "2 minutes"):
         with pytest.raises(taskloom.errors.ArgumentError, match="budget"):
-            tuner.parse_budget(bad)
+            budget.parse_budget(bad)
     with pytest.raises(taskloom.TaskloomError, match="budget"):
         x, y = input((4, 4), name="x"), input((4, 4), name="y")
         taskloom.compile(Graph([x, y], [ops.matmul(x, y)]), tune=1, budget="whenever")

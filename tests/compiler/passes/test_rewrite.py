@@ -5,8 +5,8 @@ import pytest
 
 from taskloom import ops
 from taskloom.graph import Graph, GraphError, input
-from taskloom.graph.passes.rewrite import reapply, rewrite, use_counts
-from tests.graph.passes.helpers import assert_same_results, const, ops_of
+from taskloom.compiler.passes.rewrite import reapply, rewrite, use_counts
+from tests.compiler.passes.helpers import assert_same_results, const, ops_of
 
 
 def test_a_rule_that_matches_nothing_returns_the_same_graph():

@@ -8,8 +8,8 @@ import pytest
 import taskloom
 from taskloom import ops
 from taskloom.graph import Graph, input
-from taskloom.graph.passes import simplify
-from tests.graph.passes.helpers import assert_same_results, filled, ops_of
+from taskloom.compiler.passes import simplify
+from tests.compiler.passes.helpers import assert_same_results, filled, ops_of
 
 
 def test_identity_shape_operators_are_removed():

@@ -21,7 +21,7 @@ either way, and its NHWC form measured slower), and depthwise convolutions -- in
 - gives every rewritten node's NCHW result as ``permute(y', (0, 3, 1, 2))``, for the
   operators that need NCHW (a flatten before the classifier, a graph output). The ones no
   operator reads are dead, and a conversion that meets its inverse cancels
-  (:mod:`~taskloom.graph.passes.simplify`); the rest fuse into their neighbours as
+  (:mod:`~taskloom.compiler.passes.simplify`); the rest fuse into their neighbours as
   prologues or epilogues.
 """
 from __future__ import annotations
@@ -30,18 +30,20 @@ import numpy as np
 
 from taskloom import ops
 from taskloom.graph.graph import Graph, Node, record
-from taskloom.graph.passes.rewrite import Rewrite, rewrite
+from taskloom.compiler.passes.rewrite import Rewrite, rewrite
 from taskloom.graph.tensor import Tensor, asarray
 from taskloom.ir import expr as E
 from taskloom.ir.compute import GridCompute, Task, TensorInput, tensor_input
 from taskloom.ir.functor import Rewriter, collect
 from taskloom.ops.base import broadcast_index
+from taskloom.target.base import Target
 
 TO_NHWC = (0, 2, 3, 1)
 TO_NCHW = (0, 3, 1, 2)
 
-#: Input channels a convolution's window needs to pack by whole vectors (AVX-512's 16
-#: floats; AVX2's 8 divide it).
+#: Input channels a convolution's window needs to pack by whole vectors on the CPU: the
+#: widest x86 vector of floats (AVX-512's 16; AVX2's 8 divide it), so that one layout
+#: choice serves both instruction sets.
 CHANNEL_MULTIPLE = 16
 
 
@@ -207,10 +209,13 @@ def _regions(graph: Graph) -> set[Node]:
     return chosen
 
 
-def choose_layout(graph: Graph) -> Graph:
-    """``graph`` with its convolutions in NHWC where that pays, the layout carried through
-    pooling and elementwise operators (see the module docstring); run the passes of
-    :func:`taskloom.graph.passes.optimize` after it to cancel and drop the conversions."""
+def choose_layout(graph: Graph, target: Target) -> Graph:
+    """``graph`` with its convolutions in NHWC where that pays on ``target``, the layout
+    carried through pooling and elementwise operators (see the module docstring); run the
+    passes of :func:`taskloom.compiler.passes.optimize` after it to cancel and drop the
+    conversions. The rules are the CPU's; other targets keep the graph's layout."""
+    if target.kind != "cpu":
+        return graph
     chosen = _regions(graph)
     if not chosen:
         return graph

@@ -2,7 +2,7 @@
 
 :class:`~taskloom.graph.Graph` collects only the nodes reachable from its outputs, so a
 graph built by tracing has no dead nodes, and every pass (built on
-:mod:`~taskloom.graph.passes.rewrite`) leaves none behind: a node a rewrite bypasses is
+:mod:`~taskloom.compiler.passes.rewrite`) leaves none behind: a node a rewrite bypasses is
 simply not collected again. This pass exists for graphs whose ``nodes`` list was edited
 by hand, and to state the guarantee; a node with several outputs stays when any of them
 is read.

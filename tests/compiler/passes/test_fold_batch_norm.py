@@ -7,8 +7,8 @@ import pytest
 import taskloom
 from taskloom import ops
 from taskloom.graph import Graph, input
-from taskloom.graph.passes import fold_batch_norm
-from tests.graph.passes.helpers import assert_same_results, const, ops_of
+from taskloom.compiler.passes import fold_batch_norm
+from tests.compiler.passes.helpers import assert_same_results, const, ops_of
 
 
 def variance(c: int) -> taskloom.Tensor:

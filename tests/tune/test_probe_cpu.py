@@ -13,8 +13,8 @@ import pytest
 from taskloom.cli import main
 from taskloom.errors import TargetError
 from taskloom.target import CpuTarget
-from taskloom.target import probe as probe_mod
-from taskloom.target.probe import (FIELDS, HardwareProfile, estimate, override, probe, profile_for,
+from taskloom.tune import probe_cpu as probe_mod
+from taskloom.tune.probe_cpu import (FIELDS, HardwareProfile, estimate, override, probe, profile_for,
                                    profile_path, save_profile, stored_profile)
 
 HOST = CpuTarget.host()
@@ -194,3 +194,13 @@ def test_profile_for_is_cheap(cache_dir):
         profile_for(HOST)
     assert time.perf_counter() - start < 2.0  # a stat and a dict look-up each
     assert probe_mod._MEMO
+
+
+def test_cli_target_show_and_probe_of_a_gpu(cache_dir, capsys, monkeypatch):
+    from taskloom.target import cuda
+    monkeypatch.setattr(cuda, "_read_device", lambda index: None)
+    assert main(["target", "show", "--target", "cuda:sm_80"]) == 0
+    out = capsys.readouterr().out
+    assert "key:      cuda-sm_80" in out and "num_sms: 108" in out and "l2_bytes: 40.0 MiB" in out
+    assert main(["target", "probe", "--target", "cuda:sm_80"]) != 0
+    assert "only CPU targets are probed" in capsys.readouterr().err

@@ -22,7 +22,7 @@ import numpy as np
 
 from taskloom.errors import ArgumentError, TaskloomError
 from taskloom.schedule.templates.matmul_cpu import MatmulConfig
-from taskloom.target.cpu import CpuTarget
+from taskloom.target import Target, get_target
 from taskloom.tune import model as analytic
 from taskloom.tune.records import Records, config_key
 
@@ -51,7 +51,7 @@ def spearman(a: list[float], b: list[float]) -> float | None:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
-def report_workload(records: Records, workload: str, target: CpuTarget, learned: bool = True) -> WorkloadReport:
+def report_workload(records: Records, workload: str, target: Target, learned: bool = True) -> WorkloadReport:
     """The report of one matmul-template ``workload`` on ``target``."""
     from taskloom.tune import cost_model
     parsed = cost_model.parse_workload(workload, target)
@@ -80,15 +80,15 @@ def report_workload(records: Records, workload: str, target: CpuTarget, learned:
                           spearman([p for p, _ in pairs], [m for _, m in pairs]), rho_learned, pairs)
 
 
-def model_workloads(name: str, batch: int, seq: int, target: CpuTarget) -> list[str]:
+def model_workloads(name: str, batch: int, seq: int, target: Target) -> list[str]:
     """The template workloads of benchmark model ``name``, as compiling it at tune=0 finds them."""
     import torch
 
     from taskloom.bench import zoo
     from taskloom.frontend.torch import Backend
     from taskloom.graph.fusion import fuse_graph
-    from taskloom.graph.passes import optimize
-    from taskloom.schedule.select import task_tunable
+    from taskloom.compiler.passes import optimize
+    from taskloom.schedule.cpu import task_tunable
     model, inputs = zoo.build(name, batch, seq, 0)
     backend = Backend(target=target)
     with torch.inference_mode():
@@ -153,7 +153,7 @@ def plot(reports: list[WorkloadReport], path: str) -> None:
 
 
 def _report(args: argparse.Namespace) -> int:
-    target = CpuTarget.from_string(args.target) if args.target else CpuTarget.host()
+    target = get_target(args.target)
     records = Records(args.records) if args.records else Records.default()
     if args.model:
         workloads = model_workloads(args.model, args.batch, args.seq, target)

@@ -16,7 +16,7 @@ import numpy as np
 
 from taskloom import ops
 from taskloom.graph.graph import Graph, Node
-from taskloom.graph.passes.rewrite import Rewrite, rewrite
+from taskloom.compiler.passes.rewrite import Rewrite, rewrite
 from taskloom.graph.tensor import Tensor, asarray
 
 _LAYERS = {"conv2d": 4, "linear": 2}  # layer -> rank of the output whose axis 1 is its channel

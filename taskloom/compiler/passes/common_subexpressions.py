@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 
 from taskloom.graph.graph import Graph, Node
-from taskloom.graph.passes.rewrite import Rewrite, reapply, rewrite
+from taskloom.compiler.passes.rewrite import Rewrite, reapply, rewrite
 from taskloom.graph.tensor import Tensor
 from taskloom.ir.compute import Task
 

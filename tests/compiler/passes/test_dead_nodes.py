@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from taskloom import ops
 from taskloom.graph import Graph, input
-from taskloom.graph.passes import eliminate_dead_nodes
-from tests.graph.passes.helpers import assert_same_results, ops_of
+from taskloom.compiler.passes import eliminate_dead_nodes
+from tests.compiler.passes.helpers import assert_same_results, ops_of
 
 
 def test_a_traced_graph_has_no_dead_nodes():

@@ -7,8 +7,8 @@ import taskloom
 from taskloom import ops
 from taskloom.graph import Graph, input
 from taskloom.graph.graph import record
-from taskloom.graph.passes import optimize, simplify
-from tests.graph.passes.helpers import assert_same_results, const, filled, ops_of, traced_task
+from taskloom.compiler.passes import optimize, simplify
+from tests.compiler.passes.helpers import assert_same_results, const, filled, ops_of, traced_task
 
 
 def block(x, w, bn, scale):

@@ -6,8 +6,8 @@ import numpy as np
 from taskloom import ops
 from taskloom.graph import Graph, input
 from taskloom.graph.graph import record
-from taskloom.graph.passes import constant_folding
-from tests.graph.passes.helpers import assert_same_results, const, ops_of, traced_task
+from taskloom.compiler.passes import constant_folding
+from tests.compiler.passes.helpers import assert_same_results, const, ops_of, traced_task
 
 
 def test_a_chain_of_constant_nodes_becomes_one_constant():

@@ -8,13 +8,16 @@ import pytest
 import taskloom
 from taskloom import ops
 from taskloom.graph import Graph, input
-from taskloom.graph.passes import optimize
-from taskloom.graph.passes.layout import choose_layout
-from tests.graph.passes.helpers import const, ops_of, random_inputs
+from taskloom.compiler.passes import optimize
+from taskloom.compiler.passes.layout import choose_layout
+from taskloom.target import CpuTarget, get_target
+from tests.compiler.passes.helpers import const, ops_of, random_inputs
+
+HOST = CpuTarget.host()
 
 
 def relaid(g: Graph) -> Graph:
-    return optimize(choose_layout(optimize(g)))
+    return optimize(choose_layout(optimize(g), HOST))
 
 
 def layouts(g: Graph, op: str) -> list[str]:
@@ -85,7 +88,7 @@ def test_lone_pointwise_or_depthwise_convolution_stays_nchw(groups):
     k = 1 if groups == 1 else 3
     y = ops.relu(ops.conv2d(x, const(16, 16 // groups, k, k), padding=k // 2, groups=groups))
     g = Graph([x], [ops.max_pool2d(y, 2)])
-    assert choose_layout(g) is g
+    assert choose_layout(g, HOST) is g
     # a window convolution pays alone: in NHWC, with the pooling after it
     w = Graph([x], [ops.max_pool2d(ops.relu(ops.conv2d(x, const(16, 16, 3, 3), padding=1)), 2)])
     assert layouts(relaid(w), "conv2d") == ["NHWC"] and layouts(relaid(w), "max_pool2d") == ["NHWC"]
@@ -103,7 +106,7 @@ def test_grouped_convolutions_and_float64_stay():
 def test_graph_without_convolutions_is_unchanged():
     x = input((4, 8), name="x")
     g = Graph([x], [ops.relu(ops.linear(x, const(3, 8)))])
-    assert choose_layout(g) is g
+    assert choose_layout(g, HOST) is g
 
 
 def test_nchw_keeps_the_graph_layout_and_bad_choice_is_an_error():
@@ -121,3 +124,11 @@ def test_batch_norm_after_nhwc_conv_is_not_folded_on_the_wrong_axis():
     g = Graph([x], [y])
     assert "batch_norm" in ops_of(optimize(g))
     assert_matches_nchw(g)
+
+
+def test_a_gpu_target_keeps_the_graphs_layout():
+    x = input((1, 32, 8, 8), name="x")
+    w = const(32, 32, 3, 3)
+    g = Graph([x], [ops.relu(ops.conv2d(x, w, padding=1))])
+    assert choose_layout(g, HOST) is not g
+    assert choose_layout(g, get_target("cuda:sm_80")) is g

@@ -6,8 +6,8 @@ import pytest
 import taskloom
 from taskloom import TaskloomError, ops
 from taskloom.graph import Graph, input
-from taskloom.graph.passes import eliminate_common_subexpressions
-from tests.graph.passes.helpers import assert_same_results, const, ops_of
+from taskloom.compiler.passes import eliminate_common_subexpressions
+from tests.compiler.passes.helpers import assert_same_results, const, ops_of
 
 
 def test_repeated_chains_are_computed_once():

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from taskloom.graph.eager import run_eager
 from taskloom.graph.graph import Graph, Node
-from taskloom.graph.passes.rewrite import Rewrite, rewrite
+from taskloom.compiler.passes.rewrite import Rewrite, rewrite
 from taskloom.graph.tensor import Tensor
 
 

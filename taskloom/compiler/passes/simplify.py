@@ -26,7 +26,7 @@ import numpy as np
 
 from taskloom import ops
 from taskloom.graph.graph import Graph, Node
-from taskloom.graph.passes.rewrite import Rewrite, rewrite, same_type
+from taskloom.compiler.passes.rewrite import Rewrite, rewrite, same_type
 from taskloom.graph.tensor import Tensor
 
 RESHAPES = ("reshape", "flatten", "squeeze", "unsqueeze")

@@ -1,6 +1,6 @@
 """Graph passes: each a function ``Graph -> Graph`` that returns a new graph computing the
 same outputs (or the graph itself when it has nothing to do), built on the rewrite
-machinery of :mod:`taskloom.graph.passes.rewrite`.
+machinery of :mod:`taskloom.compiler.passes.rewrite`.
 
 :func:`optimize` runs them all to a fixed point.
 """
@@ -9,11 +9,11 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from taskloom.graph.graph import Graph
-from taskloom.graph.passes.common_subexpressions import eliminate_common_subexpressions
-from taskloom.graph.passes.constant_folding import constant_folding
-from taskloom.graph.passes.dead_nodes import eliminate_dead_nodes
-from taskloom.graph.passes.fold_batch_norm import fold_batch_norm
-from taskloom.graph.passes.simplify import simplify
+from taskloom.compiler.passes.common_subexpressions import eliminate_common_subexpressions
+from taskloom.compiler.passes.constant_folding import constant_folding
+from taskloom.compiler.passes.dead_nodes import eliminate_dead_nodes
+from taskloom.compiler.passes.fold_batch_norm import fold_batch_norm
+from taskloom.compiler.passes.simplify import simplify
 
 Pass = Callable[[Graph], Graph]
 

@@ -1,0 +1,134 @@
+"""The CPU's schedulers: the matmul template for contractions, the rules for the rest.
+
+A (fused) task that reads as a contraction (:mod:`taskloom.schedule.contraction`) gets the
+matmul template (:mod:`taskloom.schedule.templates.matmul_cpu`) with the config a driver
+chooses, and its prologues and epilogues through post-scheduling fusion; contractions the
+template would serve badly, such as a matrix-vector product, and every other task go to
+:func:`~taskloom.schedule.rule_based.schedule_task`. When the graph compiler says which
+task inputs are constants, a contraction whose B reads only constants gets B packed at
+compile time (:mod:`taskloom.schedule.prepack`). Both register for target kind ``"cpu"``.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import numpy as np
+
+from taskloom.ir import cdiv
+from taskloom.ir import stmt as S
+from taskloom.ir.compute import Task
+from taskloom.ir.dtypes import float32
+from taskloom.ir.printer import expr_text
+from taskloom.schedule.contraction import (Contraction, a_row_stride, b_vectorizes, kinds_cost, match_contraction,
+                                           pack_kinds)
+from taskloom.schedule.post_fusion import fuse_contraction, fused_arg_specs, inputs_beside_panels
+from taskloom.schedule.prepack import constant_b
+from taskloom.schedule.registry import Candidate, Scheduled, register_rules, register_template
+from taskloom.schedule.rule_based import schedule_task
+from taskloom.schedule.templates.matmul_cpu import MatmulConfig, matmul_program, pack_b_panels
+from taskloom.target.cpu import CpuTarget
+
+
+def template_serves(con: Contraction, target: CpuTarget) -> bool:
+    """Whether the matmul template beats the rule-based schedule on ``con``: it needs a
+    vector of columns to fill its register tile, and a few rows, or one row whose B copies
+    by vectors, as the template's one-row tiles read it in place
+    (:func:`~taskloom.schedule.templates.matmul_cpu.reads_b_in_place`): a vector times a
+    matrix read in order, 2.4-2.8x faster than a reduction down its columns, or times
+    ``relu(B)``, 6% faster (1 x 768 x 768, measured). A vector times a transposed operand is
+    a row reduction, which the rule-based scheduler vectorizes along K."""
+    lanes = target.vector_lanes(float32)
+    if con.N < lanes // 2 or con.K < 2:
+        return False
+    if con.M >= 2:
+        return True
+    return b_vectorizes(kinds_cost(pack_kinds(con, target), lanes), lanes)
+
+
+def workload_key(con: Contraction, kinds: tuple[str, str]) -> str:
+    """The tuning record key of a fused contraction: its sizes, how its operands pack
+    (:func:`~taskloom.schedule.contraction.pack_kinds`, which the cost model reads back), and a digest
+    of what its prologue reads and its epilogue computes (a conv's window packs slower than
+    a matrix): ``matmul_cpu/1x64x3136x576/packlane12+lane79/<digest>``."""
+    a, b = kinds
+    text = f"{expr_text(con.a)}|{expr_text(con.b)}|{expr_text(con.epilogue)}"
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    return "matmul_cpu/" + "x".join(str(d) for d in con.shape) + f"/pack{a}+{b}/" + digest
+
+
+@dataclass(frozen=True)
+class Tunable:
+    """What tuning a fused contraction needs: its record key, its operands' pack costs, the
+    fused kernel of a config (named ``fused`` unless told otherwise), the kernel's
+    arguments (or config -> its arguments, when B comes as panels shaped by the config) and
+    the distance between A's rows as it reads them (:func:`a_row_stride`)."""
+
+    con: Contraction
+    workload: str
+    pack: tuple[float, float]
+    kernel: Callable[..., S.Function]
+    args: list[tuple[tuple[int, ...], str]] | Callable[[MatmulConfig], list[tuple[tuple[int, ...], str]]]
+    a_stride: int = 0
+
+
+def tunable(con: Contraction, target: CpuTarget, prepacked_b: int = 0, prefetch_b: bool = False) -> Tunable:
+    """The :class:`Tunable` of ``con`` on ``target``: the kernel as a compiled graph runs it,
+    taking B's panels packed at compile time when B is a weight (``prepacked_b``: how many
+    batches of B, see :func:`~taskloom.schedule.templates.matmul_cpu.matmul_program`), and
+    prefetching them when the graph's weights stream (``prefetch_b``). Such a kernel packs no
+    B, which changes its best config: its records have a key of their own (``/prepacked``)."""
+    kinds = pack_kinds(con, target)
+    lanes = target.vector_lanes(float32)
+    pack = kinds_cost(kinds, lanes)
+    in_place = b_vectorizes(pack, lanes)
+    a_stride = a_row_stride(con, kinds[0])
+
+    def fused(c: MatmulConfig, name: str = "fused") -> S.Function:
+        return fuse_contraction(matmul_program(con.shape, c, target, name=name, b_vectorizes=in_place,
+                                               prepacked_b=prepacked_b, prefetch_b=prefetch_b,
+                                               a_stride=a_stride), con)
+    specs = fused_arg_specs(con)
+    if not prepacked_b:
+        return Tunable(con, workload_key(con, kinds), pack, fused, specs, a_stride)
+    _, _, N, K = con.shape
+    beside = [specs[k] for k in inputs_beside_panels(con)]
+
+    def args(c: MatmulConfig) -> list[tuple[tuple[int, ...], str]]:
+        nr = c.nv * lanes
+        return [*beside, ((prepacked_b, cdiv(N, nr), K, nr), "float32"), specs[-1]]
+    return Tunable(con, workload_key(con, kinds) + "/prepacked", (pack[0], 0.0), fused, args, a_stride)
+
+
+def task_tunable(task: Task, target: CpuTarget, constants: Mapping[int, np.ndarray] | None = None,
+                 weights_stream: bool = False) -> tuple[Tunable, np.ndarray | None] | None:
+    """The :class:`Tunable` of ``task`` as a compiled graph schedules it, and B evaluated
+    from the ``constants`` among its inputs (to be packed now; None when B reads an input),
+    or None when the matmul template does not serve the task."""
+    con = match_contraction(task)
+    if con is None or not template_serves(con, target):
+        return None
+    b = constant_b(con, constants) if constants else None
+    return tunable(con, target, prepacked_b=0 if b is None else b.shape[0], prefetch_b=weights_stream), b
+
+
+def matmul_candidate(task: Task, target: CpuTarget, constants: Mapping[int, np.ndarray] | None = None,
+                     weights_stream: bool = False) -> Candidate | None:
+    """The matmul template's offer for ``task``: its :class:`Tunable`, and the kernel of a
+    config, taking B's panels packed now when B reads only constants."""
+    found = task_tunable(task, target, constants, weights_stream)
+    if found is None:
+        return None
+    t, b = found
+
+    def build(config: MatmulConfig, name: str) -> Scheduled:
+        fn = t.kernel(config, name)  # the kernel tuning times, as it is built here
+        if b is None:
+            return Scheduled(fn, tuple(range(len(task.inputs))))
+        return Scheduled(fn, (*fn.attr("inputs"), pack_b_panels(b, config, target)))
+    return Candidate("matmul_cpu", t, build)
+
+
+register_template("cpu", "matmul_cpu", matmul_candidate)
+register_rules("cpu", schedule_task)

@@ -1,0 +1,60 @@
+"""What every target is: plain data naming the hardware generated code is built for.
+
+A target says what a machine offers (a CPU's ISA and caches, a GPU's SMs and shared
+memory); it never measures anything and never builds anything. Each kind of target is a
+frozen dataclass deriving from :class:`Target`; :mod:`taskloom.target` parses a user's
+string (``"cpu -isa=avx2"``, ``"cuda:sm_90"``) into the right one.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar
+
+from taskloom.errors import TargetError
+
+
+class Target:
+    """Base of every target kind.
+
+    A subclass sets ``kind`` (``"cpu"``, ``"cuda"``) and implements :meth:`key` (a short
+    stable name of what the generated code depends on, for build caches, tuning records and
+    saved models), :meth:`to_dict` and :meth:`from_dict`, and :meth:`from_string`.
+    """
+
+    kind: ClassVar[str] = ""
+
+    def key(self) -> str:
+        """A short stable name of the code this target runs, for caches and records."""
+        raise NotImplementedError
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able description holding ``kind``; :meth:`from_dict` reverses it."""
+        raise NotImplementedError
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Target":
+        """Rebuild a target written by :meth:`to_dict` (a saved model's, a record's): every
+        field of the kind's dataclass must be there; a description of another kind is refused."""
+        kind = data.get("kind", "cpu") if isinstance(data, dict) else None
+        if kind != cls.kind:
+            raise TargetError(f"not a {cls.kind} target description: kind={kind!r}")
+        fields = [f.name for f in dataclasses.fields(cls)]
+        missing = [f for f in fields if f not in data]
+        if missing:
+            raise TargetError(f"{cls.kind} target description lacks {', '.join(missing)}")
+        return cls(**{f: data[f] for f in fields})
+
+    @classmethod
+    def from_string(cls, spec: str) -> "Target":
+        """Parse a user's target string of this kind."""
+        raise NotImplementedError
+
+    def cache_bytes_between_kernels(self) -> int:
+        """The bytes of cache that can keep data from one kernel to the next (a graph's
+        weights beyond it come from memory on every call)."""
+        raise NotImplementedError
+
+    @property
+    def is_gpu(self) -> bool:
+        """Whether kernels for this target run on a GPU (or its emulator)."""
+        return False

@@ -75,3 +75,7 @@ class LoadError(TaskloomError):
 class FrontendError(TaskloomError):
     """A model from another framework (PyTorch, ONNX) that cannot become a taskloom graph:
     unsupported operators (all listed at once), attributes or dynamic shapes."""
+
+
+class ResourceError(TaskloomError):
+    """A GPU kernel needs more registers, shared memory or threads than its target offers."""

@@ -32,6 +32,7 @@ from typing import Any, Mapping
 from taskloom.errors import TaskloomError
 
 DEFAULT_MAX_BYTES = 2 * 1024 ** 3
+_SOURCE_SUFFIXES = (".c", ".cu")
 _KEY = re.compile(r"[0-9a-f]{16,128}")
 _FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 _STALE_TMP_SECONDS = 24 * 3600  # temp dirs this old belong to a crashed writer
@@ -56,8 +57,9 @@ class CacheEntry:
 
     @property
     def source_path(self) -> Path:
-        """The source it was built from."""
-        return self.path / "source.c"
+        """The source it was built from (``source.c``, or ``source.cu`` for CUDA)."""
+        cuda = self.path / "source.cu"
+        return cuda if cuda.is_file() else self.path / "source.c"
 
 
 class BuildCache:
@@ -158,15 +160,17 @@ class BuildCache:
         if path.is_dir():
             self._discard(path)
 
-    def failed_path(self, key: str, name: str) -> Path:
-        """Where :meth:`save_failed` keeps the source of a failed build of ``key``."""
+    def failed_path(self, key: str, name: str, suffix: str = ".c") -> Path:
+        """Where :meth:`save_failed` keeps the source of a failed build of ``key`` (``.c`` or ``.cu``)."""
         self.entry_path(key)  # validates the key
+        if suffix not in _SOURCE_SUFFIXES:
+            raise TaskloomError(f"a failed source is kept as one of {_SOURCE_SUFFIXES}, not {suffix!r}")
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name).lstrip(".") or "module"
-        return self.root / "failed" / f"{safe}-{key}.c"
+        return self.root / "failed" / f"{safe}-{key}{suffix}"
 
-    def save_failed(self, key: str, name: str, source: str, log: str = "") -> Path:
+    def save_failed(self, key: str, name: str, source: str, log: str = "", suffix: str = ".c") -> Path:
         """Keep a source that failed to build (and the compiler's output) for the user to open."""
-        path = self.failed_path(key, name)
+        path = self.failed_path(key, name, suffix)
         path.parent.mkdir(parents=True, exist_ok=True)
         _atomic_write(path, source)
         if log:
@@ -187,7 +191,8 @@ class BuildCache:
         return {
             "root": str(self.root),
             "entries": sum(1 for _, _, path in items if path.parent != failed),
-            "failed_sources": sum(1 for _, _, path in items if path.parent == failed and path.suffix == ".c"),
+            "failed_sources": sum(1 for _, _, path in items
+                                  if path.parent == failed and path.suffix in _SOURCE_SUFFIXES),
             "total_bytes": sum(size for _, size, _ in items),
             "max_bytes": self.max_bytes,
         }
@@ -230,7 +235,7 @@ class BuildCache:
         for _, size, path in items:
             if total <= self.max_bytes:
                 break
-            if path == keep or path.with_suffix(".c") == keep:  # a failed source's .log goes with it
+            if path == keep or any(path.with_suffix(x) == keep for x in _SOURCE_SUFFIXES):  # with its .log
                 continue
             self._discard(path)
             total -= size

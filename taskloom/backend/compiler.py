@@ -9,7 +9,7 @@ import shlex
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from taskloom.backend.cache import BuildCache
 from taskloom.errors import CompileError
@@ -78,29 +78,45 @@ def compile_shared_library(source: str, target: CpuTarget, *, name: str = "modul
         return entry.lib_path
 
     command = compiler_command()
+
+    def run(src: Path, lib: Path) -> list[str]:
+        return [*command, *flags, "-o", str(lib), str(src), *LINK_FLAGS]
+    info = {"flags": flags, "compiler": compiler_version(), "target": target.key(), **(meta or {})}
+    return build_cached(cache, key, name, source, "source.c", run, info, timeout,
+                        missing="install gcc or set CC to a C compiler")
+
+
+def build_cached(cache: BuildCache, key: str, name: str, source: str, source_name: str,
+                 argv: Callable[[Path, Path], list[str]], info: Mapping[str, Any], timeout: float,
+                 missing: str, describe: Callable[[str], Mapping[str, Any]] | None = None) -> Path:
+    """Run the compiler command ``argv(source path, library path)`` on ``source`` in a
+    scratch directory and store the library under ``key`` with ``info`` and what
+    ``describe(compiler output)`` adds to it; return the library's path. A failure keeps the source (``cache.failed_path``) and raises a
+    :class:`CompileError` with the compiler's output pointing at it; ``missing`` says what
+    to install when the compiler cannot be run."""
     with cache.scratch_dir() as scratch:
-        src, lib = Path(scratch) / "source.c", Path(scratch) / "lib.so"
+        src, lib = Path(scratch) / source_name, Path(scratch) / "lib.so"
         src.write_text(source)
-        argv = [*command, *flags, "-o", str(lib), str(src), *LINK_FLAGS]
+        command = argv(src, lib)
         started = time.perf_counter()
-        kept = cache.failed_path(key, name)
+        suffix = Path(source_name).suffix
+        kept = cache.failed_path(key, name, suffix)
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
-            cache.save_failed(key, name, source, f"timed out after {timeout:g} s:\n{shlex.join(argv)}\n")
+            cache.save_failed(key, name, source, f"timed out after {timeout:g} s:\n{shlex.join(command)}\n", suffix)
             raise CompileError(f"compiling {name!r} timed out after {timeout:g} s", str(kept)) from None
         except OSError as exc:
-            cache.save_failed(key, name, source, str(exc))
-            raise CompileError(f"cannot run the C compiler {shlex.join(command)!r} ({exc}); "
-                               f"install gcc or set CC to a C compiler", str(kept)) from None
+            cache.save_failed(key, name, source, str(exc), suffix)
+            raise CompileError(f"cannot run {command[0]!r} ({exc}); {missing}", str(kept)) from None
+        # Point the compiler's file:line references at the kept copy, not the scratch file.
+        output = (done.stderr + done.stdout).replace(str(src), str(kept))
         if done.returncode != 0 or not lib.is_file():
-            # Point the compiler's file:line references at the kept copy, not the scratch file.
-            output = (done.stderr or done.stdout).replace(str(src), str(kept))
-            cache.save_failed(key, name, source, f"{shlex.join(argv)}\n{output}")
+            cache.save_failed(key, name, source, f"{shlex.join(command)}\n{output}", suffix)
             raise CompileError(f"{command[0]} failed to compile {name!r} (exit {done.returncode})",
                                str(kept), output)
-        info = {"name": name, "flags": flags, "compiler": compiler_version(),
-                "target": target.key(), "created": time.time(),
-                "compile_seconds": round(time.perf_counter() - started, 3), **(meta or {})}
-        entry = cache.store(key, {"source.c": source, "lib.so": lib}, info)
+        full = {"name": name, "created": time.time(),
+                "compile_seconds": round(time.perf_counter() - started, 3), **info,
+                **(describe(output) if describe else {})}
+        entry = cache.store(key, {source_name: source, "lib.so": lib}, full)
     return entry.lib_path

@@ -188,8 +188,7 @@ class _Replace(Rewriter):
 #: Cycles per packed vector of L elements when the prologue vectorizes into a plain
 #: contiguous copy (a load and a store); a prologue that goes lane by lane costs a cycle
 #: per element for every LANE_NODES_PER_CYCLE nodes of its scalar expression (a 3x3
-#: convolution's padded window, ~80 nodes of index arithmetic and bounds checks, packs at
-#: about 5 cycles an element, measured; a 1x1 convolution's at about one).
+#: convolution's padded window is about 80 nodes of index arithmetic and bounds checks).
 VECTOR_COPY_CYCLES = 2.0
 LANE_NODES_PER_CYCLE = 16.0
 #: Pack costs of a plain matmul's operands: both copies vectorize.
@@ -264,8 +263,7 @@ def a_row_stride(con: Contraction, a_kind: str) -> int:
     input): what decides whether the template reads A in place
     (:func:`~taskloom.schedule.templates.matmul_cpu.reads_a_in_place`); 0 otherwise. A
     3x3 window copies by vectors too, but its offset divides k into taps and channels:
-    read in place, that arithmetic would run in the FMA loop (Inception-V3's stem: 1.6x
-    slower, measured)."""
+    read in place, that arithmetic would run in the FMA loop."""
     a = con.a
     if con.M < 2 or a_kind != "copy" or not isinstance(a, E.TensorElement):
         return 0

@@ -35,10 +35,9 @@ def template_serves(con: Contraction, target: CpuTarget) -> bool:
     """Whether the matmul template beats the rule-based schedule on ``con``: it needs a
     vector of columns to fill its register tile, and a few rows, or one row whose B copies
     by vectors, as the template's one-row tiles read it in place
-    (:func:`~taskloom.schedule.templates.matmul_cpu.reads_b_in_place`): a vector times a
-    matrix read in order, 2.4-2.8x faster than a reduction down its columns, or times
-    ``relu(B)``, 6% faster (1 x 768 x 768, measured). A vector times a transposed operand is
-    a row reduction, which the rule-based scheduler vectorizes along K."""
+    (:func:`~taskloom.schedule.templates.matmul_cpu.reads_b_in_place`), which beats a
+    reduction down B's columns. A vector times a transposed operand is a row reduction,
+    which the rule-based scheduler vectorizes along K."""
     lanes = target.vector_lanes(float32)
     if con.N < lanes // 2 or con.K < 2:
         return False

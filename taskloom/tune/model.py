@@ -64,8 +64,8 @@ L2_STREAM_SHARE = 0.15
 #: address set-up, the branch on the K block.
 CALL_OVERHEAD_CYCLES = 12
 #: A fork-join of the parallel region with the team awake, as it is between a graph's
-#: kernels (three 1 x 64 x 64 linears: 2.6 us with a team of two, 1.1 with none, measured);
-#: none when the kernel runs on one core.
+#: kernels; none when the kernel runs on one core. The measurements behind this and the
+#: other choices noted here are in bench/results/2026-11-25-design-measurements.md.
 PARALLEL_OVERHEAD_S = 0.5e-6
 #: Predicted times this close to the fastest are a tie, broken for the grid that splits more
 #: rows (see rank).
@@ -91,9 +91,8 @@ def l1_keeps_panel(b_panel: int, a_panel: int, c_tile: int, target: CpuTarget) -
     evenly: a block of ``n`` bytes takes ``cdiv(n, L1_SET_SPAN)`` ways of the sets it
     touches. The panel, the A micro-panel and the tile of partial sums (``c_tile``: read and
     written by every call when K spans several blocks, else 0) must fit in the ways L1 has
-    together. By bytes alone, a 5 x 4-vector tile's panel with KC = 176 (99% of a 48 KiB L1
-    with its A micro-panel) would fit; side by side it ran 0-6% slower at 512³ and 5% at
-    1024³ than 6 x 4 with KC = 128."""
+    together: counted by bytes alone, a panel that fills L1 to the last line looks as if it
+    stays, and it does not."""
     ways = target.l1d_bytes // L1_SET_SPAN
     return sum(cdiv(n, L1_SET_SPAN) for n in (b_panel, a_panel, c_tile)) <= ways
 
@@ -180,9 +179,7 @@ def predict(shape: tuple[int, int, int, int], config: MatmulConfig, target: CpuT
         kernel += max(compute, l2_bytes / l2_stream, l1_bytes / l1)
     # C's last, partial row or column of tiles is priced as full tiles: the template gives
     # them micro-kernels only as large as their real rows and vectors, but those hide less
-    # of the FMA latency and load more per FMA (784 x 128 x 512 in 8 x 3 tiles, the last
-    # panel 2 vectors wide, ran 12% slower than 14 x 2 tiles with no edge, measured; its
-    # real FMAs alone would make the two level)
+    # of the FMA latency and load more per FMA, so they cost more than their FMAs say
     kernel *= Bt * row_tiles * col_tiles
     # partial sums between K blocks: each call reads and writes its tile of the band's
     # BAND_M x NC buffer, which lives wherever that buffer fits

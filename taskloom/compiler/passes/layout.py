@@ -10,7 +10,7 @@ output channels. Pooling and depthwise convolutions vectorize over the channels.
 
 Which convolutions: ``groups == 1`` with a 1x1 kernel or input channels a multiple of 16
 (the stem of a CNN, 3 channels and 7x7, stays NCHW: its window cannot pack by vectors
-either way, and its NHWC form measured slower), and depthwise convolutions -- in regions
+either way, so NHWC only adds a conversion), and depthwise convolutions -- in regions
 (:func:`_regions`) where the conversions are worth it. The pass:
 
 - rewrites such a ``conv2d`` as ``conv2d(x', w', layout="NHWC")``, where ``x'`` is the NHWC
@@ -181,7 +181,7 @@ def _regions(graph: Graph) -> set[Node]:
     conversions between them cancel). A lone 1x1 or depthwise convolution between NCHW
     neighbours stays NCHW: converting its input and result would cost more than it saves.
     (A 3-channel stem stays NCHW too; the conversion after it is a kernel of its own, as
-    fusion does not fold a transpose into a window: measured faster than the stem in NHWC.)"""
+    fusion does not fold a transpose into a window.)"""
     parent: dict[Node, Node] = {}
 
     def find(n: Node) -> Node:

@@ -127,6 +127,10 @@ class _FunctionCodegen:
         self.where = f"kernel '{fn.name}'"
         self.written = {s.tensor for s in collect(fn.body, (S.BufferStore, S.VectorStore))}  # type: ignore[attr-defined]
 
+    def ctype(self, t: Type, where: str = "") -> str:
+        """The C spelling of type ``t`` (a dialect spells some differently)."""
+        return c_type(t, where)
+
     # ----------------------------------------------------------------- expressions
     def expr(self, e: E.Expr) -> str:
         return self._expr(e)[0]
@@ -159,10 +163,10 @@ class _FunctionCodegen:
             src, dst = e.value.type, e.dtype
             if isinstance(src, DataType) and src.name == "bfloat16":
                 inner = f"tl_bf16_to_f32({self.expr(e.value)})"
-                return (inner, _ATOM) if dst.name == "float32" else (f"(({c_type(dst)}){inner})", _ATOM)
+                return (inner, _ATOM) if dst.name == "float32" else (f"(({self.ctype(dst)}){inner})", _ATOM)
             if dst.name == "bfloat16":
                 return f"tl_f32_to_bf16((float){self._paren(e.value, 14)})", _ATOM
-            return f"({c_type(dst)}){self._paren(e.value, 14)}", 14
+            return f"({self.ctype(dst)}){self._paren(e.value, 14)}", 14
         if isinstance(e, E.Select):
             if isinstance(e.cond.type, VectorType):
                 raise CodegenError(f"{self.where}: select() with the vector condition `{e.cond!r}` needs vector "
@@ -193,7 +197,7 @@ class _FunctionCodegen:
         elif t == index_type:
             text = str(c.value)
         else:
-            text = f"(({c_type(t)}){c.value})"
+            text = f"(({self.ctype(t)}){c.value})"
         return text, (14 if text.startswith("-") else _ATOM)
 
     def bf16_binary(self, e: E.Binary) -> str:
@@ -431,10 +435,10 @@ class _FunctionCodegen:
             if s.kind == "parallel" and not E.is_const(s.extent, 1):  # one worker: no team to wake
                 self.emit(d, "#pragma omp parallel for schedule(static)")
             elif s.kind == "unroll":
-                self.emit(d, f"#pragma GCC unroll {s.extent.value if E.is_const(s.extent) else 8}")  # type: ignore[attr-defined]
+                self.emit(d, self.unroll_pragma(s))
             elif s.kind == "vectorize":
                 self.emit(d, "#pragma omp simd")
-            self.emit(d, f"for ({c_type(s.var.type)} {v} = 0; {v} < {n}; ++{v}) {{")
+            self.emit(d, f"for ({self.ctype(s.var.type)} {v} = 0; {v} < {n}; ++{v}) {{")
             self.block(s.body, d + 1)
             self.emit(d, "}")
         elif isinstance(s, S.ForMapping):
@@ -448,7 +452,7 @@ class _FunctionCodegen:
                 self.block(s.else_body, d + 1)
             self.emit(d, "}")
         elif isinstance(s, S.Let):
-            self.emit(d, f"const {c_type(s.var.type, self.where)} {c_name(s.var.name)} = {self.expr(s.value)};")
+            self.emit(d, f"const {self.ctype(s.var.type, self.where)} {c_name(s.var.name)} = {self.expr(s.value)};")
         elif isinstance(s, S.Declare):
             self.declare(s, d)
         elif isinstance(s, S.Assign):
@@ -471,13 +475,17 @@ class _FunctionCodegen:
         else:
             raise CodegenError(f"{self.where}: the C backend cannot emit {type(s).__name__}")
 
+    def unroll_pragma(self, s: S.For) -> str:
+        """The pragma that asks the compiler to unroll loop ``s``."""
+        return f"#pragma GCC unroll {s.extent.value if E.is_const(s.extent) else 8}"  # type: ignore[attr-defined]
+
     def declare(self, s: S.Declare, d: int) -> None:
         t, name = s.var.type, c_name(s.var.name)
         if not isinstance(t, TensorType):
             init = "" if s.init is None else f" = {self.expr(s.init)}"
-            self.emit(d, f"{c_type(t, self.where)} {name}{init};")
+            self.emit(d, f"{self.ctype(t, self.where)} {name}{init};")
             return
-        elem = c_type(t.dtype, self.where)
+        elem = self.ctype(t.dtype, self.where)
         size = t.shape[0]
         nbytes = size.value * t.dtype.nbytes if E.is_const(size) else None  # type: ignore[attr-defined]
         if s.scope != "global" and nbytes is not None and nbytes <= STACK_LIMIT:
@@ -502,8 +510,8 @@ class _FunctionCodegen:
         t = p.type
         if isinstance(t, (TensorType, PointerType)):
             const = "" if p in self.written else "const "
-            return f"{const}{c_type(t, self.where)} __restrict__ {c_name(p.name)}"
-        return f"{c_type(t, self.where)} {c_name(p.name)}"
+            return f"{const}{self.ctype(t, self.where)} __restrict__ {c_name(p.name)}"
+        return f"{self.ctype(t, self.where)} {c_name(p.name)}"
 
     def function(self) -> str:
         if self.fn.kind == "cuda_kernel":

@@ -14,6 +14,7 @@ import math
 from typing import Any
 
 from taskloom.ir import expr as E
+from taskloom.ir import gpu
 from taskloom.ir import stmt as S
 from taskloom.ir.dtypes import PointerType, TensorType, Type, index_type
 from taskloom.ir.mapping import Composed, Custom, Repeat, Spatial, TaskMapping
@@ -84,6 +85,8 @@ def _expr(e: E.Expr) -> tuple[str, int]:
     if isinstance(e, E.Broadcast):
         return f"broadcast({expr_text(e.value)}, {e.lanes})", _ATOM
     if isinstance(e, E.Call):
+        if e.func in gpu.INDEX_PRIMITIVES:  # threadIdx.x, as a kernel writes it
+            return gpu.INDEX_PRIMITIVES[e.func], _ATOM
         return f"{e.func}({', '.join(expr_text(a) for a in e.args)})", _ATOM
     from taskloom.ir import compute as C
     if isinstance(e, (C.TensorInput, C.GridCompute)):
@@ -189,13 +192,24 @@ class _StmtPrinter:
             self.line(d, "barrier()")
         elif isinstance(s, S.Comment):
             self.line(d, repr(s.text))
+        elif (text := gpu.statement_text(s, expr_text)) is not None:
+            self.line(d, text)
         else:
             raise TypeError(f"the printer does not know {type(s).__name__}")
 
 
+def _launch_text(v: object) -> object:
+    """A launch extent as the parser reads it back: an int, or the expression as a string."""
+    if isinstance(v, tuple):
+        return tuple(_launch_text(x) for x in v)
+    if isinstance(v, E.Constant):
+        return int(v.value)
+    return expr_text(v) if isinstance(v, E.Expr) else v
+
+
 def _decorator(f: S.Function) -> str:
     kw = [] if f.kind == "cpu_kernel" else [f"kind={f.kind!r}"]
-    kw += [f"{k}={v!r}" for k, v in f.attrs if k != "doc"]
+    kw += [f"{k}={_launch_text(v) if k in gpu.LAUNCH_ATTRS else v!r}" for k, v in f.attrs if k != "doc"]
     return "@kernel" + (f"({', '.join(kw)})" if kw else "")
 
 

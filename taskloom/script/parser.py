@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 from taskloom.errors import IRError, MappingError, ScriptError
 from taskloom.ir import dtypes as T
+from taskloom.ir import gpu
 from taskloom.ir import expr as E
 from taskloom.ir import stmt as S
 from taskloom.ir.mapping import MappingIter, custom, repeat, spatial
@@ -44,11 +45,12 @@ _BUFFERS = {"global_tensor": "global", "shared_tensor": "shared", "local_tensor"
 _SPECIAL = ("vload", "vstore", "prefetch", "broadcast", "cast", "select", "min", "max", "barrier")
 
 BUILTINS: dict[str, Any] = {
-    **{n: _Builtin(n) for n in (*_LOOPS, *_BUFFERS, *_SPECIAL)},
+    **{n: _Builtin(n) for n in (*_LOOPS, *_BUFFERS, *_SPECIAL, *gpu.STATEMENTS)},
     **{n: _Builtin(n) for n in primitive_names()},
     **{t.short: t for t in T.SCALAR_TYPES},
     "spatial": spatial, "repeat": repeat, "custom": custom, "ptr": T.ptr, "vec": T.vec,
     "inf": float("inf"), "nan": float("nan"),
+    **gpu.SCRIPT_NAMES,
 }
 _VECTOR_NAME = re.compile(r"^([a-z]+\d*)x(\d+)$")
 
@@ -148,11 +150,30 @@ class _Parser:
             attrs = {**attrs, "doc": inspect.cleandoc(body[0].value.value)}
             body = body[1:]
         stmts = self.block(body)
-        self.scopes.pop()
+        launch = {k: attrs.pop(k) for k in gpu.LAUNCH_ATTRS if k in attrs} if kind == "cuda_kernel" else {}
         try:
-            return S.Function(name or fdef.name, tuple(params), stmts, kind, tuple(attrs.items()))
+            fn = S.Function(name or fdef.name, tuple(params), stmts, kind, tuple(attrs.items()))
+            if kind == "cuda_kernel":
+                fn = self.guard(fdef, lambda: self._launch(fn, launch))
         except IRError as e:
             raise self.error(fdef, str(e)) from None
+        finally:
+            self.scopes.pop()
+        return fn
+
+    def _launch(self, fn: S.Function, launch: dict[str, Any]) -> S.Function:
+        """A CUDA kernel's launch configuration: extents given as ints or as kernel-script
+        expressions of the parameters (strings: ``grid="cdiv(N, 256)"``)."""
+        if "grid" not in launch or "block" not in launch:
+            raise _Fail("a cuda_kernel needs its launch configuration: @kernel(kind='cuda_kernel', "
+                        "grid=..., block=...)")
+
+        def value(x: Any) -> Any:
+            if isinstance(x, (tuple, list)):
+                return tuple(value(v) for v in x)
+            return self.eval(ast.parse(x, mode="eval").body) if isinstance(x, str) else x
+        return gpu.cuda_kernel(fn, value(launch["grid"]), value(launch["block"]),
+                               value(launch.get("dynamic_shared", 0)))
 
     def guard(self, node: ast.AST, fn: Callable[[], Any]) -> Any:
         """Runs ``fn``; IR and mapping errors become ScriptErrors pointing at ``node``."""
@@ -482,6 +503,8 @@ class _Parser:
             return (E.minimum if name == "min" else E.maximum)(*args)
         if name == "barrier":
             return S.Barrier()
+        if name in gpu.SCRIPT_CALLS:
+            return gpu.SCRIPT_CALLS[name](*args, **kwargs)
         if is_primitive(name):
             return E.call(name, *args)
         raise _Fail(f"unknown builtin {name}")

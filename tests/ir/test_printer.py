@@ -132,14 +132,14 @@ def operators(a: i32, b: i32, c: i32, x: f32, y: f32, out: i32[4], fout: f32[2],
     bout[1] = (a < b) == (b < c)
 
 
-@kernel(kind="cuda_kernel", block=128)
+@kernel(kind="cuda_kernel", grid="(N + 127) // 128", block=128)
 def cuda_style(N: i32, A: f32[N], P: ptr(f32)):
-    """A kernel with attributes, a pointer, a barrier and comments."""
+    """A kernel with a launch configuration, a pointer, a barrier and comments."""
     "a comment"
-    for t in parallel(128):
-        P[t] = A[t]
-        barrier()
-        exp(A[t])
+    t = blockIdx.x * 128 + threadIdx.x
+    P[t] = A[t]
+    barrier()
+    exp(A[t])
 
 
 @kernel(kind="host")
@@ -204,7 +204,8 @@ def test_printed_text_of_declarations_and_buffers():
                  "loc = local_tensor(i32, [4])", "reg = register_tensor(f32x8, [4])"):
         assert "    " + line in text
     text = astext(cuda_style)
-    assert text.startswith("@kernel(kind='cuda_kernel', block=128)\ndef cuda_style(N: i32, A: f32[N], P: ptr(f32)):")
+    assert text.startswith("@kernel(kind='cuda_kernel', grid=('(N + 127) // 128', 1, 1), block=(128, 1, 1), "
+                           "dynamic_shared=0)\ndef cuda_style(N: i32, A: f32[N], P: ptr(f32)):")
 
 
 def test_a_leading_comment_is_not_read_back_as_a_docstring():

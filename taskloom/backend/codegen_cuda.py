@@ -1,0 +1,166 @@
+"""The CUDA dialect of the C-family renderer: lowered ``cuda_kernel`` functions as CUDA C++.
+
+Expressions and control flow print as the C renderer prints them; what differs is said
+here: 16-bit floats are ``__half`` and ``__nv_bfloat16``; ``threadIdx.x`` and friends,
+warp shuffles and reductions are CUDA built-ins; ``shared`` buffers are ``__shared__``
+arrays; a barrier is ``__syncthreads()``; ``cp.async``, ``ldmatrix`` and ``mma.sync`` call
+the PTX wrappers of the prelude. Every kernel gets a host launcher,
+
+    extern "C" int launch_<kernel>(<the kernel's parameters>, void* stream)
+
+which computes the grid and block from the scalar parameters, launches on ``stream`` and
+returns the CUDA error code (0 on success), so the runtime needs no CUDA headers of its own.
+"""
+from __future__ import annotations
+
+from taskloom.backend.codegen_c import _ATOM, _FunctionCodegen, _float_literal, c_name, c_symbol, c_type
+from taskloom.backend.cuda_prelude import CUDA_PRELUDE
+from taskloom.errors import CodegenError
+from taskloom.ir import expr as E
+from taskloom.ir import gpu
+from taskloom.ir import stmt as S
+from taskloom.ir.dtypes import DataType, PointerType, TensorType, Type, VectorType, float32
+from taskloom.ir.functor import collect
+from taskloom.target.cuda import CudaTarget
+
+_HALF = {"float16": "__half", "bfloat16": "__nv_bfloat16"}
+_SHUFFLE = {"shfl_xor": "__shfl_xor_sync", "shfl_down": "__shfl_down_sync", "shfl_up": "__shfl_up_sync",
+            "shfl_idx": "__shfl_sync"}
+LAUNCH_PREFIX = "launch_"
+
+
+class _CudaKernelCodegen(_FunctionCodegen):
+    def __init__(self, fn: S.Function, target: CudaTarget):
+        super().__init__(fn, target)  # type: ignore[arg-type]
+        self.where = f"CUDA kernel '{fn.name}'"
+        stmts = collect(fn.body, (gpu.AtomicAdd, gpu.CpAsync, gpu.Ldmatrix, gpu.MmaSync))
+        self.written |= {_written(s).tensor for s in stmts}
+
+    def ctype(self, t: Type, where: str = "") -> str:
+        if isinstance(t, DataType) and t.name in _HALF:
+            return _HALF[t.name]
+        if isinstance(t, (PointerType, TensorType)):
+            base = t.base if isinstance(t, PointerType) else t.dtype
+            return self.ctype(base, where) + "*"
+        if isinstance(t, VectorType):
+            raise CodegenError(f"{where or self.where}: the CUDA backend has no vector type {t!r} yet")
+        return c_type(t, where)
+
+    def constant(self, c: E.Constant) -> tuple[str, int]:
+        if c.type.name == "float16":
+            return f"__float2half({_float_literal(float(c.value), float32)})", _ATOM
+        return super().constant(c)
+
+    def call(self, e: E.Call) -> str:
+        if e.func in gpu.INDEX_PRIMITIVES:
+            return f"(int32_t){gpu.INDEX_PRIMITIVES[e.func]}"
+        args = [self.expr(a) for a in e.args]
+        if e.func in _SHUFFLE:
+            return f"{_SHUFFLE[e.func]}(0xffffffffu, {args[0]}, {args[1]})"
+        if e.func in gpu.WARP_REDUCTIONS:
+            return f"tl_{e.func}({args[0]})"
+        return super().call(e)
+
+    # ----------------------------------------------------------------- statements
+    def stmt(self, s: S.Stmt, d: int) -> None:
+        if isinstance(s, S.For) and s.kind == "parallel":
+            raise CodegenError(f"{self.where}: a parallel loop is a CPU construct; a CUDA kernel's "
+                               "workers are its threads (map tasks onto threadIdx.x)")
+        if isinstance(s, S.Barrier):
+            self.emit(d, "__syncthreads();")
+        elif isinstance(s, gpu.AtomicAdd):
+            self.emit(d, f"atomicAdd(&{self.expr(s.ref)}, {self.expr(s.value)});")
+        elif isinstance(s, gpu.CpAsync):
+            src_bytes = s.nbytes if s.src_bytes is None else self.expr(s.src_bytes)
+            self.emit(d, f"tl_cp_async<{s.nbytes}>(&{self.expr(s.dst)}, &{self.expr(s.src)}, {src_bytes});")
+        elif isinstance(s, gpu.CpAsyncCommit):
+            self.emit(d, "tl_cp_async_commit();")
+        elif isinstance(s, gpu.CpAsyncWait):
+            self.emit(d, f"tl_cp_async_wait<{s.pending}>();")
+        elif isinstance(s, gpu.Ldmatrix):
+            trans = "true" if s.trans else "false"
+            self.emit(d, f"tl_ldmatrix<{s.num}, {trans}>(&{self.expr(s.dst)}, &{self.expr(s.src)});")
+        elif isinstance(s, gpu.MmaSync):
+            kind = "bf16" if s.a.type.name == "bfloat16" else "f16"
+            operands = ", ".join(f"&{self.expr(x)}" for x in (s.d, s.a, s.b, s.c))
+            self.emit(d, f"tl_mma_m16n8k16_{kind}({operands});")
+        else:
+            super().stmt(s, d)
+
+    def unroll_pragma(self, s: S.For) -> str:
+        return f"#pragma unroll {s.extent.value}" if E.is_const(s.extent) else "#pragma unroll"  # type: ignore[attr-defined]
+
+    def declare(self, s: S.Declare, d: int) -> None:
+        t = s.var.type
+        if not isinstance(t, TensorType):
+            return super().declare(s, d)
+        if s.scope == "global":
+            raise CodegenError(f"{self.where}: buffer '{s.var.name}' is declared in global scope; a CUDA "
+                               "kernel gets global memory as a parameter")
+        size = t.shape[0]
+        if not E.is_const(size):
+            raise CodegenError(f"{self.where}: buffer '{s.var.name}' has the symbolic size {size!r}; "
+                               "shared and register buffers need a static size")
+        prefix = "__shared__ " if s.scope == "shared" else ""
+        align = " __align__(16)" if s.scope == "shared" else ""
+        self.emit(d, f"{prefix}{self.ctype(t.dtype, self.where)}{align} {c_name(s.var.name)}"
+                     f"[{size.value}];  // {s.scope}")  # type: ignore[attr-defined]
+
+    # ----------------------------------------------------------------- function
+    def function(self) -> str:
+        grid, block, dynamic = gpu.launch_dims(self.fn)
+        threads = _static_product(block)
+        bounds = f"__launch_bounds__({threads}) " if threads is not None else ""
+        doc = self.fn.attr("doc")
+        if doc:
+            self.lines += ["/*", *(f" * {l}".rstrip() for l in doc.splitlines()), " */"]
+        params = ", ".join(self.param(p) for p in self.fn.params) or "void"
+        symbol = c_symbol(self.fn.name)
+        self.emit(0, f'extern "C" __global__ void {bounds}{symbol}({params}) {{')
+        self.block(self.fn.body, 1)
+        self.emit(0, "}")
+        self.lines.append("")
+        self.launcher(symbol, params, grid, block, dynamic)
+        return "\n".join(self.lines)
+
+    def launcher(self, symbol: str, params: str, grid: tuple, block: tuple, dynamic: E.Expr) -> None:
+        """The host function that launches the kernel on a stream and returns the error code."""
+        args = ", ".join(c_name(p.name) for p in self.fn.params)
+        sep = ", " if self.fn.params else ""
+        self.emit(0, f'extern "C" int {LAUNCH_PREFIX}{symbol}({params if self.fn.params else ""}{sep}void* stream) {{')
+        self.emit(1, f"const dim3 grid({', '.join(self.expr(g) for g in grid)});")
+        self.emit(1, f"const dim3 block({', '.join(self.expr(b) for b in block)});")
+        self.emit(1, f"const size_t shared_bytes = (size_t)({self.expr(dynamic)});")
+        self.emit(1, "if (shared_bytes > 48 * 1024) {  // above 48 KiB a kernel must opt in")
+        self.emit(2, f"cudaFuncSetAttribute({symbol}, cudaFuncAttributeMaxDynamicSharedMemorySize, "
+                     "(int)shared_bytes);")
+        self.emit(1, "}")
+        self.emit(1, "if (grid.x == 0 || grid.y == 0 || grid.z == 0) return 0;  // nothing to do")
+        self.emit(1, f"{symbol}<<<grid, block, shared_bytes, (cudaStream_t)stream>>>({args});")
+        self.emit(1, "return (int)cudaGetLastError();")
+        self.emit(0, "}")
+
+
+def _written(s: S.Stmt) -> E.TensorElement:
+    """The element reference a GPU statement writes through."""
+    return {gpu.AtomicAdd: lambda: s.ref, gpu.CpAsync: lambda: s.dst, gpu.Ldmatrix: lambda: s.dst,
+            gpu.MmaSync: lambda: s.d}[type(s)]()  # type: ignore[attr-defined]
+
+
+def _static_product(extents: tuple) -> int | None:
+    total = 1
+    for x in extents:
+        if not E.is_const(x):
+            return None
+        total *= int(x.value)
+    return total
+
+
+def codegen_cuda(module: S.Module, target: CudaTarget) -> str:
+    """The CUDA C++ translation unit for a lowered module of ``cuda_kernel`` functions."""
+    parts = [f"// Generated by taskloom for {target.name} ({target.key()}).", CUDA_PRELUDE]
+    for f in module.functions:
+        if f.kind != "cuda_kernel":
+            raise CodegenError(f"function '{f.name}' is a {f.kind}; the CUDA backend builds cuda_kernel functions")
+        parts.append(_CudaKernelCodegen(f, target).function())
+    return "\n\n".join(parts) + "\n"

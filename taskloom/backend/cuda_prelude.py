@@ -1,0 +1,81 @@
+"""The helpers every generated CUDA file starts with: the scalar helpers the C-family
+renderer names (``tl_min_f32``, ``tl_bf16_to_f32``...), warp reductions, and the PTX of
+``cp.async``, ``ldmatrix`` and ``mma.sync`` (sm_80 and newer) as small inline functions."""
+
+CUDA_PRELUDE = r"""#include <cstdint>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#define TL_DEVICE static __device__ __forceinline__
+#define TL_MINMAX(T, S) \
+  TL_DEVICE T tl_min_##S(T a, T b) { return a < b ? a : b; } \
+  TL_DEVICE T tl_max_##S(T a, T b) { return a > b ? a : b; }
+TL_MINMAX(int32_t, i32)
+TL_MINMAX(int64_t, i64)
+TL_DEVICE float tl_min_f32(float a, float b) { return fminf(a, b); }
+TL_DEVICE float tl_max_f32(float a, float b) { return fmaxf(a, b); }
+TL_DEVICE double tl_min_f64(double a, double b) { return fmin(a, b); }
+TL_DEVICE double tl_max_f64(double a, double b) { return fmax(a, b); }
+TL_DEVICE int32_t tl_abs_i32(int32_t a) { return a < 0 ? -a : a; }
+TL_DEVICE int64_t tl_abs_i64(int64_t a) { return a < 0 ? -a : a; }
+TL_DEVICE float tl_sigmoid_f32(float x) { return 1.0f / (1.0f + expf(-x)); }
+TL_DEVICE double tl_sigmoid_f64(double x) { return 1.0 / (1.0 + exp(-x)); }
+TL_DEVICE float tl_bf16_to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+TL_DEVICE __nv_bfloat16 tl_f32_to_bf16(float x) { return __float2bfloat16(x); }
+
+// reductions over the 32 lanes of a warp, by butterfly shuffles: every lane gets the result
+template <typename T> TL_DEVICE T tl_warp_sum(T v) {
+  for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
+  return v;
+}
+template <typename T> TL_DEVICE T tl_warp_max(T v) {
+  for (int m = 16; m > 0; m >>= 1) { T o = __shfl_xor_sync(0xffffffffu, v, m); v = o > v ? o : v; }
+  return v;
+}
+
+// cp.async of N bytes from global to shared; bytes past src_bytes are filled with zeros
+template <int N> TL_DEVICE void tl_cp_async(void* dst, const void* src, int src_bytes) {
+  unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+  if (N == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(s), "l"(src), "r"(src_bytes));
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" :: "r"(s), "l"(src), "n"(N), "r"(src_bytes));
+  }
+}
+TL_DEVICE void tl_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> TL_DEVICE void tl_cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N)); }
+
+// ldmatrix: the warp loads 1, 2 or 4 8x8 matrices of 16-bit elements from shared memory
+template <int NUM, bool TRANS> TL_DEVICE void tl_ldmatrix(void* dst, const void* src) {
+  uint32_t* r = (uint32_t*)dst;
+  unsigned s = (unsigned)__cvta_generic_to_shared(src);
+  if (NUM == 4 && !TRANS)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+  else if (NUM == 4)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+  else if (NUM == 2 && !TRANS)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(s));
+  else if (NUM == 2)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(s));
+  else if (!TRANS)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n" : "=r"(r[0]) : "r"(s));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];\n" : "=r"(r[0]) : "r"(s));
+}
+
+// mma.sync m16n8k16 with fp32 accumulation: D = A B + C on the warp's fragments
+#define TL_MMA_M16N8K16(NAME, T, PTX_T) \
+  TL_DEVICE void NAME(float* d, const T* a, const T* b, const float* c) { \
+    const uint32_t* A = (const uint32_t*)a; const uint32_t* B = (const uint32_t*)b; \
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." PTX_T "." PTX_T ".f32 " \
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};\n" \
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]) \
+                 : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "r"(B[0]), "r"(B[1]), \
+                   "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3])); \
+  }
+TL_MMA_M16N8K16(tl_mma_m16n8k16_f16, __half, "f16")
+TL_MMA_M16N8K16(tl_mma_m16n8k16_bf16, __nv_bfloat16, "bf16")
+"""

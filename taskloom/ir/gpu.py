@@ -1,0 +1,254 @@
+"""The IR's words for GPU kernels: thread and block indices, warp shuffles, and the
+statements a fast CUDA kernel is made of.
+
+A CUDA kernel is a :class:`~taskloom.ir.stmt.Function` of kind ``cuda_kernel`` whose
+``grid`` and ``block`` attributes are its launch configuration (three extents each, ints or
+expressions of the parameters) and ``dynamic_shared`` its dynamic shared memory in bytes
+(:func:`cuda_kernel` makes one). Inside it:
+
+- ``threadIdx.x``, ``blockIdx.y``, ``blockDim.x``, ``gridDim.x`` are primitives of no
+  arguments (``thread_idx_x()`` ...); a task mapping's worker is any of them, or
+  ``threadIdx.x // 32`` for a warp and ``threadIdx.x % 32`` for a lane.
+- ``shfl_xor(v, mask)``, ``shfl_down(v, delta)``, ``shfl_up(v, delta)``, ``shfl_idx(v, lane)``
+  read ``v`` from another lane of the warp (all 32 lanes take part);
+  ``warp_sum(v)`` and ``warp_max(v)`` reduce it over the warp.
+- Buffers declared in the ``shared`` scope are one per block, ``register`` one per thread;
+  :class:`~taskloom.ir.stmt.Barrier` is ``__syncthreads()``.
+- The statements below: atomics on global memory, ``cp.async`` with commit and wait
+  groups, ``ldmatrix`` and ``mma.sync``. Their operands are element references
+  (``A[i, j]``), so flattening and fusion rewrite them as they rewrite loads and stores.
+
+The CUDA dialect of the backend prints all of these; the SIMT emulator executes them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from taskloom.errors import IRError
+from taskloom.ir import expr as E
+from taskloom.ir import stmt as S
+from taskloom.ir.dtypes import DataType, float16, float32, bfloat16, int32
+from taskloom.ir.primitives import Primitive, register_primitive
+
+AXES = ("x", "y", "z")
+LAUNCH_ATTRS = ("grid", "block", "dynamic_shared")
+#: primitive name -> CUDA built-in, for the 12 index primitives
+INDEX_PRIMITIVES: dict[str, str] = {
+    f"{kind}_{axis}": f"{cuda}.{axis}"
+    for kind, cuda in (("thread_idx", "threadIdx"), ("block_idx", "blockIdx"),
+                       ("block_dim", "blockDim"), ("grid_dim", "gridDim"))
+    for axis in AXES
+}
+WARP_SIZE = 32
+SHUFFLES = ("shfl_xor", "shfl_down", "shfl_up", "shfl_idx")
+WARP_REDUCTIONS = ("warp_sum", "warp_max")
+
+
+def _int32(args: tuple[E.Expr, ...]) -> DataType:
+    return int32
+
+
+def _shuffled(name: str):
+    def rule(args: tuple[E.Expr, ...]) -> DataType:
+        value, lane = args
+        if not (isinstance(value.type, DataType) and value.type.nbytes == 4):
+            raise IRError(f"{name}() moves 32-bit scalars between lanes, got {value.type!r}")
+        if lane.type != int32:
+            raise IRError(f"{name}()'s lane argument must be int32, got {lane.type!r}")
+        return value.type
+    return rule
+
+
+def _reduced(name: str):
+    def rule(args: tuple[E.Expr, ...]) -> DataType:
+        t = args[0].type
+        if not (isinstance(t, DataType) and t.nbytes == 4):
+            raise IRError(f"{name}() reduces 32-bit scalars over a warp, got {t!r}")
+        return t
+    return rule
+
+
+for _name in INDEX_PRIMITIVES:
+    register_primitive(Primitive(_name, 0, _int32, f"CUDA {INDEX_PRIMITIVES[_name]}"))
+for _name in SHUFFLES:
+    register_primitive(Primitive(_name, 2, _shuffled(_name), "a value from another lane of the warp"))
+for _name in WARP_REDUCTIONS:
+    register_primitive(Primitive(_name, 1, _reduced(_name), "a reduction over the warp's 32 lanes"))
+
+
+class _Dim3:
+    """``threadIdx`` and friends in kernel script: ``threadIdx.x`` is ``thread_idx_x()``."""
+
+    def __init__(self, kind: str):
+        self._kind = kind
+
+    def __getattr__(self, axis: str) -> E.Expr:
+        if axis not in AXES:
+            raise AttributeError(axis)
+        return E.call(f"{self._kind}_{axis}")
+
+
+threadIdx, blockIdx = _Dim3("thread_idx"), _Dim3("block_idx")  # noqa: N816 - CUDA's names
+blockDim, gridDim = _Dim3("block_dim"), _Dim3("grid_dim")  # noqa: N816
+
+
+def _element(what: str, e: Any, dtypes: Sequence[DataType] | None = None) -> E.TensorElement:
+    if not isinstance(e, E.TensorElement):
+        raise IRError(f"{what} must be an element reference such as A[i, j], got {e!r}")
+    if dtypes is not None and e.type not in dtypes:
+        raise IRError(f"{what} must have elements of {' or '.join(t.name for t in dtypes)}, got {e.type!r}")
+    return e
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class AtomicAdd(S.Stmt):
+    """``atomicAdd(&A[i], value)``: adds ``value`` to a global element, atomically."""
+
+    ref: E.TensorElement
+    value: E.Expr
+
+    def __post_init__(self) -> None:
+        _element("atomic_add's target", self.ref)
+        object.__setattr__(self, "value", E.as_expr(self.value, self.ref.type))
+        if self.value.type != self.ref.type:
+            raise IRError(f"atomic_add of {self.value.type!r} into an element of {self.ref.type!r}")
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class CpAsync(S.Stmt):
+    """``cp.async``: copies ``nbytes`` (4, 8 or 16) from global ``src`` to shared ``dst``
+    without passing through registers. With ``src_bytes`` (an expression), only that many
+    bytes are read and the rest of ``dst`` is zero-filled: an edge predicated without a
+    branch. The copy lands only after :class:`CpAsyncWait` of its group."""
+
+    dst: E.TensorElement
+    src: E.TensorElement
+    nbytes: int
+    src_bytes: E.Expr | None = None
+
+    def __post_init__(self) -> None:
+        if self.src_bytes is not None:
+            object.__setattr__(self, "src_bytes", E.as_expr(self.src_bytes, int32))
+        _element("cp_async's destination", self.dst)
+        _element("cp_async's source", self.src)
+        if self.nbytes not in (4, 8, 16):
+            raise IRError(f"cp_async copies 4, 8 or 16 bytes, not {self.nbytes}")
+        if self.dst.type != self.src.type:
+            raise IRError(f"cp_async from {self.src.type!r} elements into {self.dst.type!r} ones")
+        if self.nbytes % self.dst.type.nbytes:
+            raise IRError(f"cp_async of {self.nbytes} bytes splits a {self.dst.type!r} element")
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class CpAsyncCommit(S.Stmt):
+    """``cp.async.commit_group``: the copies issued since the last commit form a group."""
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class CpAsyncWait(S.Stmt):
+    """``cp.async.wait_group n``: wait until at most ``n`` committed groups are in flight."""
+
+    pending: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.pending, int) or self.pending < 0:
+            raise IRError(f"cp_async_wait needs a count of pending groups >= 0, got {self.pending!r}")
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Ldmatrix(S.Stmt):
+    """``ldmatrix.sync.aligned.m8n8.x{num}[.trans].b16``: the warp loads ``num`` 8x8 matrices
+    of 16-bit elements from shared memory; lane ``l`` gives the address of row ``l % 8`` of
+    matrix ``l // 8`` (``src`` is that row's first element), and receives two elements of
+    each matrix into ``dst`` (``2 * num`` consecutive elements of a register buffer), as the
+    PTX ISA lays the fragments out."""
+
+    dst: E.TensorElement
+    src: E.TensorElement
+    num: int = 4
+    trans: bool = False
+
+    def __post_init__(self) -> None:
+        _element("ldmatrix's destination", self.dst, (float16, bfloat16))
+        _element("ldmatrix's source", self.src, (float16, bfloat16))
+        if self.num not in (1, 2, 4):
+            raise IRError(f"ldmatrix loads 1, 2 or 4 matrices, not {self.num}")
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class MmaSync(S.Stmt):
+    """``mma.sync.aligned.m16n8k16.row.col.f32.{f16|bf16}...``: the warp computes
+    ``D = A B + C`` on a 16x16 A (row-major), a 16x8 B (column-major) and a 16x8 C/D of
+    fp32; each lane holds its fragments in register buffers: 8 elements of A from ``a``,
+    4 of B from ``b``, 4 of C from ``c``, 4 of D into ``d`` (``d`` may be ``c``)."""
+
+    d: E.TensorElement
+    a: E.TensorElement
+    b: E.TensorElement
+    c: E.TensorElement
+    shape: str = "m16n8k16"
+
+    def __post_init__(self) -> None:
+        if self.shape != "m16n8k16":
+            raise IRError(f"mma_sync supports m16n8k16, not {self.shape!r}")
+        _element("mma_sync's A fragment", self.a, (float16, bfloat16))
+        _element("mma_sync's B fragment", self.b, (self.a.type,))
+        _element("mma_sync's C fragment", self.c, (float32,))
+        _element("mma_sync's D fragment", self.d, (float32,))
+
+
+def cuda_kernel(fn: S.Function, grid: Sequence[Any], block: Sequence[Any], dynamic_shared: Any = 0) -> S.Function:
+    """``fn`` as a CUDA kernel launched on ``grid`` blocks of ``block`` threads (one to three
+    extents each; ints or expressions of the parameters)."""
+    def dims(what: str, extents: Sequence[Any]) -> tuple[E.Expr, ...]:
+        extents = tuple(extents) if isinstance(extents, (tuple, list)) else (extents,)
+        if not 1 <= len(extents) <= 3:
+            raise IRError(f"a CUDA kernel's {what} has one to three extents, got {extents!r}")
+        return tuple(E.as_expr(x, int32) for x in extents) + (E.as_expr(1, int32),) * (3 - len(extents))
+    attrs = dict(fn.attrs)
+    attrs.update(grid=dims("grid", grid), block=dims("block", block), dynamic_shared=E.as_expr(dynamic_shared, int32))
+    return S.Function(fn.name, fn.params, fn.body, "cuda_kernel", tuple(attrs.items()))
+
+
+def launch_dims(fn: S.Function) -> tuple[tuple[E.Expr, ...], tuple[E.Expr, ...], E.Expr]:
+    """``(grid, block, dynamic shared bytes)`` of a CUDA kernel."""
+    if fn.kind != "cuda_kernel":
+        raise IRError(f"function '{fn.name}' is a {fn.kind}, not a cuda_kernel")
+    return fn.attr("grid"), fn.attr("block"), fn.attr("dynamic_shared", E.as_expr(0, int32))
+
+
+def shuffle(kind: str, value: Any, lane: Any) -> E.Call:
+    """``shfl_xor(value, 1)``: the lane argument is an int32 whatever ``value``'s type."""
+    return E.Call(kind, (E.as_expr(value), E.as_expr(lane, int32)))
+
+
+#: Kernel script's GPU statements, by the name a kernel calls them with.
+STATEMENTS: dict[str, Any] = {
+    "atomic_add": AtomicAdd, "cp_async": CpAsync, "cp_async_commit": CpAsyncCommit,
+    "cp_async_wait": CpAsyncWait, "ldmatrix": Ldmatrix, "mma_sync": MmaSync,
+}
+#: Every GPU call kernel script builds here rather than as a plain primitive call.
+SCRIPT_CALLS: dict[str, Any] = {**STATEMENTS, **{k: functools.partial(shuffle, k) for k in SHUFFLES}}
+
+def statement_text(s: S.Stmt, text: Any) -> str | None:
+    """A GPU statement as kernel script (``text`` prints an expression); None for others."""
+    name = next((n for n, cls in STATEMENTS.items() if type(s) is cls), None)
+    if name is None:
+        return None
+    args = []
+    for k, f in enumerate(dataclasses.fields(s)):
+        value = getattr(s, f.name)
+        defaulted = f.default is not dataclasses.MISSING
+        if k and defaulted and not isinstance(value, E.Expr) and value == f.default:
+            continue  # an option left as it is (the first argument is always written)
+        shown = text(value) if isinstance(value, E.Expr) else repr(value)
+        args.append(f"{f.name}={shown}" if k and defaulted else shown)
+    return f"{name}({', '.join(args)})"
+
+
+#: The names kernel script knows for the GPU (see :mod:`taskloom.script.parser`).
+SCRIPT_NAMES: dict[str, Any] = {"threadIdx": threadIdx, "blockIdx": blockIdx, "blockDim": blockDim,
+                                "gridDim": gridDim}

@@ -17,7 +17,7 @@ from taskloom.ir.functor import substitute
 from taskloom.runtime import Kernel, load_module
 from taskloom.schedule.rule_based import schedule_task
 from taskloom.target.cpu import CpuTarget, host_target
-from taskloom.transforms.simplify import simplify_expr
+from taskloom.ir.arith import simplify_expr
 
 #: Kernels kept loaded in this process; older ones are dropped (the disk cache keeps them).
 MAX_LOADED = 512

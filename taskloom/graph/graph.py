@@ -56,7 +56,7 @@ def record_outputs(node: Node) -> list[Tensor]:
 def _static(d: Expr) -> int | Expr:
     """A dimension as an int when it folds to one (traced shapes are static)."""
     from taskloom.ir.expr import Constant
-    from taskloom.transforms.simplify import simplify_expr
+    from taskloom.ir.arith import simplify_expr
     d = simplify_expr(d)
     return int(d.value) if isinstance(d, Constant) else d
 

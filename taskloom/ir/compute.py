@@ -21,6 +21,7 @@ from taskloom.ir import dtypes as T
 from taskloom.ir import expr as E
 from taskloom.ir.dtypes import TensorType, index_type
 from taskloom.ir.functor import Rewriter, collect, substitute
+from taskloom.ir.arith import simplify_expr
 from taskloom.ir.index import prod, row_major_offset, unravel
 
 REDUCE_KINDS = ("sum", "max", "min", "mean", "prod", "argmax", "argmin")
@@ -225,7 +226,6 @@ def _conditional_reads(e: E.Expr, under: bool = False) -> list[tuple[E.TensorEle
 
 
 def _same(a: E.Expr | int, b: E.Expr | int, bounds: dict[E.Var, tuple[int | None, int | None]]) -> bool:
-    from taskloom.transforms.simplify import simplify_expr
     return E.is_const(simplify_expr(E.as_expr(a) - b, bounds), 0)
 
 
@@ -264,7 +264,6 @@ def inverse_map(task: Task, inp: TensorInput) -> tuple[tuple[E.Var, ...], tuple[
     units = {a: E.as_expr(0) for a, d in zip(out.axes, out_shape) if E.is_const(d, 1)}  # unsqueezed axes
     if not _same(substitute(E.as_expr(row_major_offset(idx, in_shape)) - row_major_offset(out.axes, out_shape), units), 0, bounds):
         return None
-    from taskloom.transforms.simplify import simplify_expr
     in_bounds = {n: (0, int(d.value) - 1) if isinstance(d, E.Constant) else (0, None) for n, d in zip(names, in_shape)}
     return tuple(names), tuple(simplify_expr(E.as_expr(i), in_bounds) for i in unravel(row_major_offset(names, in_shape), out_shape))
 

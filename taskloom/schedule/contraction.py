@@ -29,7 +29,7 @@ from taskloom.ir.functor import Rewriter, collect, substitute
 from taskloom.ir.index import row_major_offset, unravel
 from taskloom.schedule.vectorize import vectorize_expr
 from taskloom.target.cpu import CpuTarget
-from taskloom.transforms.simplify import simplify_expr
+from taskloom.ir.arith import simplify_expr
 
 
 @dataclass(frozen=True)

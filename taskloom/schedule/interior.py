@@ -15,8 +15,8 @@ from typing import Any
 from taskloom.ir import expr as E
 from taskloom.ir.compute import ReduceCompute
 from taskloom.ir.functor import Rewriter
-from taskloom.transforms.linear import linear_form
-from taskloom.transforms.simplify import simplify_expr
+from taskloom.ir.arith.linear import linear_form
+from taskloom.ir.arith import simplify_expr
 
 Ranges = dict[E.Var, E.Expr]  # a reduction axis -> its extent
 

@@ -42,7 +42,7 @@ from taskloom.ir.functor import Rewriter, collect, substitute
 from taskloom.ir.index import prod, row_major_offset
 from taskloom.schedule.contraction import Contraction
 from taskloom.schedule.vectorize import vectorize_expr
-from taskloom.transforms.simplify import simplify_expr
+from taskloom.ir.arith import simplify_expr
 
 
 def _flat_size(name: str, t: TensorType) -> int:

@@ -33,7 +33,7 @@ from taskloom.schedule.interior import interior
 from taskloom.schedule.vectorize import vectorize_expr
 from taskloom.target.cpu import CpuTarget
 from taskloom.transforms.names import NameGen
-from taskloom.transforms.simplify import simplify_expr
+from taskloom.ir.arith import simplify_expr
 
 #: Elements of the last axis per parallel block of an injective node: enough work per
 #: block to amortize the loop, small enough to spread a single row over every core.

@@ -20,8 +20,8 @@ from __future__ import annotations
 from taskloom.ir import expr as E
 from taskloom.ir.dtypes import float32
 from taskloom.ir.functor import Rewriter
-from taskloom.transforms.linear import linear_form
-from taskloom.transforms.simplify import simplify_expr
+from taskloom.ir.arith.linear import linear_form
+from taskloom.ir.arith import simplify_expr
 
 #: Primitives the C backend implements on float32 vectors.
 VECTOR_PRIMITIVES = frozenset({"exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "abs",

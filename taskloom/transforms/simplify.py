@@ -3,9 +3,10 @@ division and remainder decided by the ranges of loop variables.
 
 Lowered task mappings are full of ``(w // 32) % 8 * 16 + w % 32``-style index arithmetic;
 knowing that ``w`` lies in ``[0, 256)`` lets most of it disappear. The expression rules
-are a table (:mod:`taskloom.transforms.simplify_rules`) of small ``pattern -> replacement``
-rewrites, applied bottom-up until none fires; the statement part drops dead branches and loops, inlines trivial
-``let``s, and tells the expression rules the range of every loop variable in scope.
+(:mod:`taskloom.ir.arith`) are a table of small ``pattern -> replacement`` rewrites, applied
+bottom-up until none fires; this pass, over statements, drops dead branches and loops,
+inlines trivial ``let``s, and tells the expression rules the range of every loop variable
+in scope.
 
 Every rewrite is exact under C semantics (``//`` and ``%`` truncate toward zero). A rule
 that needs an operand to be non-negative asks the bounds analysis, and does nothing when
@@ -21,88 +22,9 @@ from taskloom.ir.expr import Constant, Expr, Var, free_vars, logical_not
 from taskloom.ir.functor import Rewriter, collect, substitute
 from taskloom.ir.stmt import (Assign, Evaluate, For, ForMapping, Function, If, Let, SeqStmt, Stmt,
                               seq)
-from taskloom.transforms.bounds import BoundAnalyzer
-from taskloom.transforms.simplify_rules import RULES
+from taskloom.ir.arith import BoundAnalyzer, ExprSimplifier, analyzer, simplify_expr
 
-__all__ = ["simplify", "simplify_expr", "simplify_stmt", "ExprSimplifier", "RULES"]
-
-
-# ----------------------------------------------------------------------------- expressions
-
-#: Rewrites of one node before the simplifier gives up; a correct table never comes close.
-_MAX_REWRITES = 100
-
-
-class ExprSimplifier:
-    """Simplifies expressions bottom-up with :data:`RULES`, under the ranges known to
-    ``bounds``; results are cached until those ranges change."""
-
-    def __init__(self, bounds: BoundAnalyzer):
-        self.bounds = bounds
-        self._memo: dict[Expr, Expr] = {}
-        self._version = bounds.version
-
-    def simplify(self, e: Expr) -> Expr:
-        if isinstance(e, (Var, Constant)):
-            return e
-        if self._version != self.bounds.version:
-            self._memo.clear()
-            self._version = self.bounds.version
-        hit = self._memo.get(e)
-        if hit is None:
-            hit = self._memo[e] = self._rewrite(e)
-            self._memo.setdefault(hit, hit)
-        return hit
-
-    def _rewrite(self, e: Expr) -> Expr:
-        fired: list[str] = []
-        for _ in range(_MAX_REWRITES):
-            e = self._children(e)
-            if isinstance(e, (Var, Constant)):
-                return e
-            r = RULES.rewrite(e, self)
-            if r is None:
-                return e
-            e, name = r
-            fired.append(name)
-        raise TransformError(f"simplifying `{e}` did not settle after {_MAX_REWRITES} rewrites; "
-                             f"the last rules were {fired[-6:]}, which undo each other")
-
-    def _children(self, e: Expr) -> Expr:
-        changes = {}
-        for f in dataclasses.fields(e):  # type: ignore[arg-type]
-            old = getattr(e, f.name)
-            if isinstance(old, Expr):
-                new: Any = self.simplify(old)
-            elif isinstance(old, tuple) and any(isinstance(v, Expr) for v in old):
-                new = tuple(self.simplify(v) if isinstance(v, Expr) else v for v in old)
-                new = old if all(a is b for a, b in zip(new, old)) else new
-            else:
-                continue
-            if new is not old:
-                changes[f.name] = new
-        return dataclasses.replace(e, **changes) if changes else e  # type: ignore[type-var]
-
-
-def _analyzer(bounds: Mapping[Var, tuple[int, int]] | None) -> BoundAnalyzer:
-    for v, rng in (bounds or {}).items():
-        if not isinstance(v, Var):
-            raise TransformError(f"bounds are given per variable, but {v!r} is a {type(v).__name__}")
-        lo, hi = rng
-        if lo is not None and hi is not None and lo > hi:
-            raise TransformError(f"the bounds [{lo}, {hi}] given for '{v.name}' are empty; "
-                                 "give (lo, hi) with lo <= hi, both inclusive")
-    return BoundAnalyzer(bounds)
-
-
-def simplify_expr(e: Expr, bounds: Mapping[Var, tuple[int, int]] | None = None) -> Expr:
-    """Simplifies an expression, knowing that each variable ``v`` in ``bounds`` lies in the
-    inclusive range ``bounds[v] = (lo, hi)`` (either end may be None).
-
-    Used on index arithmetic, where ranges turn ``(w // 32) % 8`` into ``w // 32`` for a
-    worker ``w < 256``; without a range, a rewrite that would need one is not made.
-    """
-    return ExprSimplifier(_analyzer(bounds)).simplify(e)
+__all__ = ["simplify", "simplify_expr", "simplify_stmt"]
 
 
 # ----------------------------------------------------------------------------- statements
@@ -235,7 +157,7 @@ def simplify_stmt(s: Stmt, bounds: Mapping[Var, tuple[int, int]] | None = None) 
     known condition becomes its branch, a loop of 0 iterations disappears and one of 1
     iteration becomes its body, and a ``let`` of a constant or a variable is inlined into
     the statements after it. A statement that does nothing becomes an empty sequence."""
-    out = _StmtSimplifier(_analyzer(bounds), _assigned(s)).visit(s)
+    out = _StmtSimplifier(analyzer(bounds), _assigned(s)).visit(s)
     return SeqStmt(()) if out is None else out
 
 
@@ -246,7 +168,7 @@ def simplify(fn: Function, bounds: Mapping[Var, tuple[int, int]] | None = None) 
     if not isinstance(fn, Function):
         raise TransformError(f"simplify() takes a Function, got a {type(fn).__name__}; use "
                              "simplify_stmt() for a statement and simplify_expr() for an expression")
-    return _StmtSimplifier(_analyzer(bounds), _assigned(fn)).visit(fn)
+    return _StmtSimplifier(analyzer(bounds), _assigned(fn)).visit(fn)
 
 
 def _assigned(node: Any) -> set[Var]:

@@ -35,7 +35,7 @@ from taskloom.ir.dtypes import TensorType
 from taskloom.ir.functor import collect
 from taskloom.schedule.templates.matmul_cpu import MatmulConfig, matmul_program
 from taskloom.target.cpu import CpuTarget
-from taskloom.transforms.simplify_rules import fold_binary
+from taskloom.ir.arith.simplify_rules import fold_binary
 from taskloom.schedule.contraction import DEFAULT_PACK, b_vectorizes, kinds_cost, plain_a_stride
 from taskloom.tune.model import predict
 from taskloom.tune.records import Records, config_key

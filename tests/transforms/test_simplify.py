@@ -14,8 +14,9 @@ from taskloom.ir import (Binary, Cast, Constant, Expr, ForMapping, Function, Sel
                          collect, const, eq, f32, f64, i8, i32, logical_and, logical_not, logical_or,
                          maximum, minimum, ne, repeat, select, spatial, store, u8, var)
 from taskloom.ir import stmt as S
-from taskloom.transforms.bounds import BoundAnalyzer, c_div, c_mod
-from taskloom.transforms.simplify import RULES, simplify, simplify_expr, simplify_stmt
+from taskloom.ir.arith.bounds import BoundAnalyzer, c_div, c_mod
+from taskloom.ir.arith import RULES, simplify_expr
+from taskloom.transforms.simplify import simplify, simplify_stmt
 
 i, j, k, n, w = var("i"), var("j"), var("k"), var("n"), var("w")
 x, y = var("x", f32), var("y", f32)

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable, Protocol, Sequence
 from taskloom.ir.dtypes import DataType, Type
 from taskloom.ir.expr import Binary, Constant, Expr, Unary
 from taskloom.ir.node import Node
-from taskloom.transforms.bounds import BoundAnalyzer
+from taskloom.ir.arith.bounds import BoundAnalyzer
 
 #: Pseudo-types of wildcards. Their kind only satisfies the IR's checks while a pattern is
 #: built; what they match is decided by :func:`type_matches`.

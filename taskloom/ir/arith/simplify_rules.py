@@ -1,7 +1,7 @@
 """The rule table of the index simplifier (:mod:`taskloom.transforms.simplify`).
 
 Each rule is a small ``pattern -> replacement`` rewrite of one node (see
-:mod:`taskloom.transforms.rewrite_rules`); the table is tried in order and the first rule
+:mod:`taskloom.ir.arith.rewrite_rules`); the table is tried in order and the first rule
 that fires wins. Every rewrite is exact under C semantics (``//`` and ``%`` truncate toward
 zero, integers do not overflow); a rule that needs a value's sign or size asks the bounds
 analysis and does nothing when the answer is unknown. Float rules keep IEEE results
@@ -16,9 +16,9 @@ import numpy as np
 from taskloom.ir.dtypes import DataType, boolean
 from taskloom.ir.expr import (COMPARE_OPS, Binary, Cast, Constant, Expr, Select, Unary, Var, cast, eq,
                               logical_and, logical_not, logical_or, maximum, minimum, ne, select)
-from taskloom.transforms.bounds import c_div, c_mod
-from taskloom.transforms.linear import Linear, linear_form, recombine_div_mod
-from taskloom.transforms.rewrite_rules import ANY, NUM, Match, RuleTable, rule, wild
+from taskloom.ir.arith.bounds import c_div, c_mod
+from taskloom.ir.arith.linear import Linear, linear_form, recombine_div_mod
+from taskloom.ir.arith.rewrite_rules import ANY, NUM, Match, RuleTable, rule, wild
 
 # ----------------------------------------------------------------------------- folding
 

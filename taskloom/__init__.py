@@ -28,13 +28,24 @@ __version__ = "0.1.0"
 
 
 def build(functions: "Function | IRModule | Sequence[Function]", target: Target | str | None = None,
-          *, name: str | None = None) -> "Module":
+          *, name: str | None = None, device: str | None = None) -> "Module":
     """Builds IR functions (e.g. from ``@kernel``) for ``target`` (default: this machine) and
     loads them. Builds are cached by content, so a second build of the same code is free.
+
+    CUDA kernels (``target="cuda"`` or ``"cuda:sm_90"``) are built with nvcc and run on the
+    GPU (``device="cuda"``, the default) or in the SIMT emulator on the CPU
+    (``device="emulator"``), which checks memory accesses and barriers as it runs.
     """
     from taskloom.backend.build import build_library
     from taskloom.runtime import load_module
-    lib = build_library(functions, target, name=name, load_check=True)
+    tgt = get_target(target)
+    if tgt.kind == "cuda":
+        from taskloom.backend.build import build_cuda_library
+        from taskloom.runtime.cuda_module import CudaModule
+        return CudaModule(build_cuda_library(functions, tgt, name=name), device or "cuda")
+    if device not in (None, "cpu"):
+        raise ArgumentError(f"build(): device={device!r} is for CUDA targets; a CPU build runs on the CPU")
+    lib = build_library(functions, tgt, name=name, load_check=True)
     return load_module(lib.lib_path, lib.signatures, lib.source_path)
 
 

@@ -10,15 +10,18 @@ from typing import Any, Callable, Sequence
 
 from taskloom.backend.cache import BuildCache
 from taskloom.backend.codegen_c import c_symbol, codegen_c
+from taskloom.backend.codegen_cuda import codegen_cuda
 from taskloom.backend.compiler import compile_shared_library
+from taskloom.backend.nvcc import KernelResources, compile_cuda_library
 from taskloom.errors import CodegenError, LoadError, TaskloomError
 from taskloom.ir import expr as E
+from taskloom.ir import gpu
 from taskloom.ir import stmt as S
 from taskloom.ir.dtypes import DataType, PointerType, TensorType
-from taskloom.ir.functor import collect
 from taskloom.ir.printer import expr_text
 from taskloom.target import get_cpu_target
 from taskloom.target.cpu import CpuTarget
+from taskloom.target.cuda import CudaTarget
 from taskloom import transforms
 
 
@@ -44,7 +47,7 @@ def _dim(d: E.Expr, params: set[str], where: str) -> int | str:
 
 def signature(fn: S.Function) -> dict[str, Any]:
     """The calling signature the runtime checks arguments against (JSON-able)."""
-    written = {s.tensor for s in collect(fn.body, (S.BufferStore, S.VectorStore))}  # type: ignore[attr-defined]
+    written = gpu.written_tensors(fn.body)
     scalars = {p.name for p in fn.params if isinstance(p.type, DataType)}
     params = []
     for p in fn.params:
@@ -121,3 +124,30 @@ def _load_error(lib: Path, cache: BuildCache | None) -> OSError | None:
             if lib.name == "lib.so" and cache.entry_path(lib.parent.name) == lib.parent:
                 cache.remove(lib.parent.name)
         return exc
+
+
+@dataclass(frozen=True)
+class BuiltCudaLibrary:
+    """A CUDA library built by nvcc: its path and source, each kernel's call signature, what
+    ptxas reported it uses, and the lowered kernels themselves (what the emulator runs)."""
+
+    lib_path: Path
+    source_path: Path
+    signatures: list[dict[str, Any]]
+    target: CudaTarget
+    resources: dict[str, KernelResources]
+    kernels: tuple[S.Function, ...]
+
+
+def build_cuda_library(functions: S.Function | S.Module | Sequence[S.Function], target: CudaTarget, *,
+                       name: str | None = None, cache: BuildCache | None = None) -> BuiltCudaLibrary:
+    """Lowers ``cuda_kernel`` functions, renders them as CUDA C++ and builds them with nvcc
+    for ``target`` (cached by content, like CPU builds)."""
+    fns = list(functions.functions if isinstance(functions, S.Module)
+               else [functions] if isinstance(functions, S.Function) else functions)
+    sigs = [signature(f) for f in fns]
+    lowered = tuple(transforms.lower(f) for f in fns)
+    source = codegen_cuda(S.Module(lowered), target)
+    lib, resources = compile_cuda_library(source, target, name=name or fns[0].name, cache=cache,
+                                          meta={"signatures": sigs})
+    return BuiltCudaLibrary(lib, lib.parent / "source.cu", sigs, target, resources, lowered)

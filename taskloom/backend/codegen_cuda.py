@@ -20,7 +20,6 @@ from taskloom.ir import expr as E
 from taskloom.ir import gpu
 from taskloom.ir import stmt as S
 from taskloom.ir.dtypes import DataType, PointerType, TensorType, Type, VectorType, float32
-from taskloom.ir.functor import collect
 from taskloom.target.cuda import CudaTarget
 
 _HALF = {"float16": "__half", "bfloat16": "__nv_bfloat16"}
@@ -33,8 +32,7 @@ class _CudaKernelCodegen(_FunctionCodegen):
     def __init__(self, fn: S.Function, target: CudaTarget):
         super().__init__(fn, target)  # type: ignore[arg-type]
         self.where = f"CUDA kernel '{fn.name}'"
-        stmts = collect(fn.body, (gpu.AtomicAdd, gpu.CpAsync, gpu.Ldmatrix, gpu.MmaSync))
-        self.written |= {_written(s).tensor for s in stmts}
+        self.written = gpu.written_tensors(fn.body)
 
     def ctype(self, t: Type, where: str = "") -> str:
         if isinstance(t, DataType) and t.name in _HALF:
@@ -139,12 +137,6 @@ class _CudaKernelCodegen(_FunctionCodegen):
         self.emit(1, f"{symbol}<<<grid, block, shared_bytes, (cudaStream_t)stream>>>({args});")
         self.emit(1, "return (int)cudaGetLastError();")
         self.emit(0, "}")
-
-
-def _written(s: S.Stmt) -> E.TensorElement:
-    """The element reference a GPU statement writes through."""
-    return {gpu.AtomicAdd: lambda: s.ref, gpu.CpAsync: lambda: s.dst, gpu.Ldmatrix: lambda: s.dst,
-            gpu.MmaSync: lambda: s.d}[type(s)]()  # type: ignore[attr-defined]
 
 
 def _static_product(extents: tuple) -> int | None:

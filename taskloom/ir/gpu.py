@@ -200,6 +200,16 @@ class MmaSync(S.Stmt):
         _element("mma_sync's D fragment", self.d, (float32,))
 
 
+def written_tensors(body: S.Stmt) -> set[E.Expr]:
+    """The tensors a body writes: by stores, and through the GPU statements' destinations."""
+    from taskloom.ir.functor import collect
+    found = {s.tensor for s in collect(body, (S.BufferStore, S.VectorStore))}  # type: ignore[attr-defined]
+    for s in collect(body, (AtomicAdd, CpAsync, Ldmatrix, MmaSync)):
+        ref = s.ref if isinstance(s, AtomicAdd) else s.d if isinstance(s, MmaSync) else s.dst  # type: ignore[attr-defined]
+        found.add(ref.tensor)
+    return found
+
+
 def cuda_kernel(fn: S.Function, grid: Sequence[Any], block: Sequence[Any], dynamic_shared: Any = 0) -> S.Function:
     """``fn`` as a CUDA kernel launched on ``grid`` blocks of ``block`` threads (one to three
     extents each; ints or expressions of the parameters)."""

@@ -1,0 +1,118 @@
+"""The CUDA rule-based scheduler: any task becomes a correct CUDA kernel, with no schedule
+written for any operator.
+
+The rules, the simplest that serve every task:
+- One thread per element of the largest output, 256 threads a block, consecutive threads on
+  consecutive elements (so a warp's loads and stores of a row-major tensor coalesce); a
+  thread past the end does nothing, so any size works.
+- Every node that is not an output is inlined into its readers; reductions are computed by
+  the thread that needs them, in a loop over their axes, into a register.
+
+This is correct for every task and fast for injective ones (elementwise, broadcast,
+layout changes). A row reduction recomputed per element is not; reductions with one row
+per warp or per block (softmax, layer_norm) and the tensor-core templates take their
+tasks from this scheduler as they come.
+"""
+from __future__ import annotations
+
+import math
+
+from taskloom.errors import ScheduleError
+from taskloom.ir import expr as E
+from taskloom.ir import gpu
+from taskloom.ir import stmt as S
+from taskloom.ir.arith import simplify_expr
+from taskloom.ir.compute import GridCompute, ReduceCompute, Task, TensorInput
+from taskloom.ir.dtypes import DataType, index_type
+from taskloom.ir.functor import Rewriter, collect, substitute
+from taskloom.ir.index import prod, unravel
+from taskloom.target.cuda import CudaTarget
+from taskloom.transforms.names import NameGen
+
+#: Threads a block: eight warps, enough to hide memory latency with several blocks an SM.
+BLOCK = 256
+_INIT = {"sum": 0.0, "mean": 0.0, "max": -math.inf, "min": math.inf, "prod": 1.0}
+_COMBINE = {"sum": "add", "mean": "add", "max": "max", "min": "min", "prod": "mul"}
+
+
+class _Inline(Rewriter):
+    """Reads of task nodes become reads of the kernel's parameters (inputs) or the node's
+    value at the read's indices (every other node, inlined)."""
+
+    def __init__(self, params: dict[E.Expr, E.Var]):
+        self.params = params
+
+    def visit_TensorElement(self, e: E.TensorElement) -> E.Expr:
+        t = e.tensor
+        if isinstance(t, GridCompute):
+            return self.visit(substitute(t.value, dict(zip(t.axes, e.indices))))
+        if isinstance(t, TensorInput):
+            return E.TensorElement(self.params[t], tuple(self.visit(i) for i in e.indices))
+        return self.generic_visit(e)
+
+
+def _identity(kind: str, t: DataType) -> E.Expr:
+    if t.is_float():
+        return E.Constant(_INIT[kind], t)
+    value = t.min_value() if kind == "max" else t.max_value() if kind == "min" else int(_INIT[kind])
+    return E.Constant(value, t)
+
+
+def _reduce_serially(value: E.Expr, names: NameGen) -> tuple[E.Expr, list[S.Stmt]]:
+    """Each reduction in ``value`` (innermost first) computed into a register by a loop
+    nest; the value reading those registers."""
+    pre: list[S.Stmt] = []
+    while True:
+        todo = [r for r in collect(value, ReduceCompute) if not collect(r.value, ReduceCompute)]  # type: ignore[attr-defined]
+        if not todo:
+            return value, pre
+        r: ReduceCompute = todo[0]  # type: ignore[assignment]
+        if r.kind not in _COMBINE:
+            raise ScheduleError(f"the CUDA rules do not compute {r.kind} reductions yet")
+        acc = E.Var(names.fresh(f"{r.kind}_acc"), r.type)
+        axes = {a: E.Var(names.fresh(a.name), index_type) for a in r.axes}
+        body: S.Stmt = S.Assign(acc, E.binary(_COMBINE[r.kind], acc, substitute(r.value, axes)))
+        for a, d in reversed(list(zip(axes.values(), r.shape))):
+            body = S.For(a, d, body)
+        pre += [S.Declare(acc, _identity(r.kind, r.value.type)), body]  # type: ignore[arg-type]
+        if r.kind == "mean":
+            pre.append(S.Assign(acc, acc / E.cast(prod(r.shape), r.value.type)))  # type: ignore[arg-type]
+        value = _Replace(r, acc).visit(value)
+
+
+class _Replace(Rewriter):
+    def __init__(self, old: E.Expr, new: E.Expr):
+        self.old, self.new = old, new
+
+    def visit(self, node):  # type: ignore[override]
+        return self.new if node is self.old or node == self.old else super().visit(node)
+
+
+def schedule_task_cuda(task: Task, target: CudaTarget, name: str | None = None) -> S.Function:
+    """The CUDA kernel of ``task``, scheduled by rules (see the module docstring)."""
+    names = NameGen(S.SeqStmt(()))
+    params: list[E.Var] = list(task.symbols())
+    names.used.update(v.name for v in params)
+    tensors: dict[E.Expr, E.Var] = {}
+    for t in (*task.inputs, *task.outputs):
+        tensors[t] = E.Var(names.fresh(t.name), t.type)  # fused groups may repeat a name
+        params.append(tensors[t])
+    sizes = [simplify_expr(E.as_expr(prod(o.shape))) for o in task.outputs]
+    total = sizes[0]
+    for s in sizes[1:]:
+        total = E.maximum(total, s)
+    i = E.Var(names.fresh("i"), index_type)
+    body: list[S.Stmt] = [S.Let(i, gpu.blockIdx.x * BLOCK + gpu.threadIdx.x)]
+    for out, size in zip(task.outputs, sizes):
+        body.append(S.If(i < size, _element(out, tensors, i, names)))
+    fn = S.Function(name or task.name, tuple(params), S.seq(body),
+                    attrs=(("doc", f"{task.name}: scheduled by the CUDA rules, a thread an element"),))
+    return gpu.cuda_kernel(fn, (simplify_expr(E.as_expr(E.cdiv(total, BLOCK))),), (BLOCK,))
+
+
+def _element(out: GridCompute, tensors: dict[E.Expr, E.Var], i: E.Var, names: NameGen) -> S.Stmt:
+    """Output element ``i`` (row-major) of ``out``: its indices, its reductions, its store."""
+    idx = unravel(i, out.shape)
+    value = _Inline(tensors).visit(substitute(out.value, dict(zip(out.axes, idx))))
+    value, pre = _reduce_serially(value, names)
+    return S.seq([*pre, S.BufferStore(tensors[out], tuple(idx), value)])

@@ -1,0 +1,49 @@
+"""The CUDA rule-based scheduler: every operator's fused task becomes a CUDA kernel."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from taskloom import ops
+from taskloom.graph import Graph, input
+from taskloom.graph.fusion import fuse_graph
+from taskloom.ir import gpu
+from taskloom.schedule.cuda import schedule_task_cuda
+from taskloom.target import CudaTarget
+
+A100 = CudaTarget.from_arch("sm_80")
+rng = np.random.default_rng(0)
+
+
+def graphs():
+    """(name, graph, inputs, numpy reference) for a spread of operators."""
+    x = input((3, 37), name="x")
+    b = input((37,), name="b")
+    yield "bias_gelu", Graph([x, b], [ops.gelu(x + b)]), lambda xs: _gelu(xs[0] + xs[1])
+    yield "softmax", Graph([x], [ops.softmax(x, axis=-1)]), lambda xs: _softmax(xs[0])
+    yield "sum_axis0", Graph([x], [ops.sum(x, axis=0)]), lambda xs: xs[0].sum(axis=0)
+    w = input((37, 5), name="w")
+    yield "matmul_relu", Graph([x, w], [ops.relu(ops.matmul(x, w))]), lambda xs: np.maximum(xs[0] @ xs[1], 0)
+    t = input((2, 3, 5), name="t")
+    yield "transpose", Graph([t], [ops.transpose(t, 0, 2) * 2.0]), lambda xs: xs[0].transpose(2, 1, 0) * 2
+
+
+def _gelu(v):
+    from math import erf
+    return 0.5 * v * (1 + np.vectorize(erf)(v / np.sqrt(2)))
+
+
+def _softmax(v):
+    e = np.exp(v - v.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+CASES = list(graphs())
+
+
+@pytest.mark.parametrize("name, graph, reference", CASES, ids=[c[0] for c in CASES])
+def test_every_group_becomes_a_cuda_kernel(name, graph, reference):
+    for group in fuse_graph(graph):
+        fn = schedule_task_cuda(group.task, A100)
+        grid, block, _ = gpu.launch_dims(fn)
+        assert fn.kind == "cuda_kernel" and int(block[0].value) == 256

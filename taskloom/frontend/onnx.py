@@ -12,8 +12,12 @@ with ONNX's own reference implementation (numpy), so the shape arithmetic export
 a ``Reshape`` gets a constant target. Model inputs become ``taskloom.graph.input``s with
 their static shapes, or the ``input_shapes`` given for symbolic ones.
 
-Every operator that cannot be converted is reported in one :class:`FrontendError`, with
-its count, together with any node whose attributes taskloom does not support.
+A model is checked before it is converted (``onnx.checker`` and strict shape inference:
+:func:`check_model`), so a malformed one is refused with ONNX's own diagnosis. Every
+operator that cannot be converted is reported in one :class:`FrontendError`, with its
+count, together with any node whose attributes or inputs taskloom does not support; a
+converter's unexpected fault becomes such a line too, naming the node and chaining the
+fault. Nothing but a :class:`~taskloom.errors.TaskloomError` leaves the conversion.
 
 The ``onnx`` package is imported only when a model is converted (``pip install
 'taskloom[onnx]'``).
@@ -39,8 +43,8 @@ if TYPE_CHECKING:
     from taskloom.runtime.compiled_graph import CompiledGraph
     from taskloom.target import Target
 
-__all__ = ["from_onnx", "onnx_to_graph", "load_model", "REGISTRY", "converter", "Converter", "OnnxNode",
-           "supported_ops"]
+__all__ = ["from_onnx", "onnx_to_graph", "load_model", "check_model", "REGISTRY", "converter", "Converter",
+           "OnnxNode", "supported_ops"]
 
 #: Operators whose output is random: never computed at conversion time.
 _NO_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial"}
@@ -62,20 +66,73 @@ def supported_ops() -> dict[str, tuple[int, int]]:
 
 
 def load_model(path_or_model: Any) -> Any:
-    """An ``onnx.ModelProto`` from a path, serialized bytes, or a ModelProto (returned as is)."""
+    """An ``onnx.ModelProto`` from a path, serialized bytes, or a ModelProto (returned as is).
+    Bytes or a file that do not parse as a model are a :class:`FrontendError` naming them."""
     onnx = _onnx()
     if isinstance(path_or_model, onnx.ModelProto):
         return path_or_model
     if isinstance(path_or_model, (bytes, bytearray)):
-        return onnx.load_from_string(bytes(path_or_model))
-    if isinstance(path_or_model, (str, os.PathLike)):
-        if not os.path.exists(path_or_model):
-            raise FrontendError(f"no ONNX model at {os.fspath(path_or_model)!r}")
         try:
-            return onnx.load(os.fspath(path_or_model))
+            return onnx.load_from_string(bytes(path_or_model))
         except Exception as e:
-            raise FrontendError(f"{os.fspath(path_or_model)!r} is not a readable ONNX model: {e}") from None
+            raise FrontendError(f"the {len(path_or_model)} bytes given are not a serialized ONNX model "
+                                f"({type(e).__name__}: {e}); pass the bytes of a .onnx file") from e
+    if isinstance(path_or_model, (str, os.PathLike)):
+        path = os.fspath(path_or_model)
+        if not os.path.isfile(path):
+            raise FrontendError(f"no ONNX model at {path!r}")
+        if os.path.getsize(path) == 0:
+            raise FrontendError(f"{path!r} is empty, not an ONNX model; export it again")
+        try:
+            return onnx.load(path)
+        except Exception as e:
+            raise FrontendError(f"{path!r} is not a readable ONNX model (corrupt or truncated: "
+                                f"{type(e).__name__}: {e}); export it again") from e
     raise FrontendError(f"from_onnx() takes a path, bytes or an onnx.ModelProto, got {type(path_or_model).__name__}")
+
+
+#: Models at least this large cannot be checked in memory (protobuf's limit); their file is.
+_PROTO_LIMIT = 2**31 - 1
+
+
+def check_model(model: Any, where: str = "the ONNX model", path: str | None = None) -> None:
+    """Refuses a model that is not valid ONNX: ``onnx.checker.check_model`` and strict shape
+    inference (each node's input types and shapes must fit its operator, declared shapes must
+    agree with inferred ones), each failure a :class:`FrontendError` naming ``where``. A
+    graph output declared without a shape, which the checker refuses but onnxruntime runs,
+    is left to shape inference. A model too large to check in memory is checked from its
+    file ``path``, where there is one."""
+    onnx = _onnx()
+    if not len(model.graph.output):
+        raise FrontendError(f"{where} has no outputs: a model must declare at least one graph output")
+    if model.ByteSize() > _PROTO_LIMIT:  # too large to check in memory: the file is checked
+        if path is not None:
+            _checked(lambda: onnx.checker.check_model(path), where)
+        return
+    checked = model
+    shapeless = [k for k, vi in enumerate(model.graph.output)
+                 if vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape")]
+    if shapeless:  # the checker sees the model without them
+        checked = onnx.ModelProto()
+        checked.CopyFrom(model)
+        for k in reversed(shapeless):
+            del checked.graph.output[k]
+    _checked(lambda: onnx.checker.check_model(checked), where)
+    _checked(lambda: onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True), where,
+             "shape inference failed: ")
+
+
+def _checked(check: Any, where: str, what: str = "") -> None:
+    try:
+        check()
+    except Exception as e:
+        raise FrontendError(f"{where} is not a valid ONNX model: {what}{_first_lines(e)}") from e
+
+
+def _first_lines(e: Exception, limit: int = 6) -> str:
+    """An exception's message, blank lines dropped, at most ``limit`` lines."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    return "; ".join(lines[:limit]) or type(e).__name__
 
 
 def from_onnx(path_or_model: Any, input_shapes: InputShapes = None, *,
@@ -106,11 +163,19 @@ def onnx_to_graph(model: Any, input_shapes: InputShapes = None, *,
     :func:`from_onnx`. Raises one :class:`FrontendError` listing every operator without a
     converter (with counts) and every node that cannot be converted."""
     onnx = _onnx()
+    path = os.fspath(model) if isinstance(model, (str, os.PathLike)) else None
+    where = repr(path) if path is not None else "the ONNX model"
     model = load_model(model)
-    if model.functions:
-        from onnx import inliner
-        model = inliner.inline_local_functions(model)
-    return _Converter(onnx, model).run(input_shapes, dict(constants or {}))
+    check_model(model, where, path)
+    try:
+        if model.functions:
+            from onnx import inliner
+            model = inliner.inline_local_functions(model)
+        return _Converter(onnx, model).run(input_shapes, dict(constants or {}))
+    except TaskloomError:
+        raise
+    except Exception as e:  # a fault outside any one node: still a FrontendError
+        raise FrontendError(f"cannot convert {where}: {type(e).__name__}: {e}") from e
 
 
 def _inputs_behind(t: Tensor) -> set[str]:
@@ -164,7 +229,11 @@ class _Converter:
         if len(g.sparse_initializer):
             raise FrontendError("sparse initializers are not supported; store them dense")
         for init in g.initializer:
-            self.env[init.name] = numpy_helper.to_array(init)
+            try:
+                self.env[init.name] = numpy_helper.to_array(init)
+            except Exception as e:
+                raise FrontendError(f"initializer '{init.name}' does not hold a readable tensor of its dims "
+                                    f"{list(init.dims)} ({type(e).__name__}: {e})") from e
         self._fix_inputs(constants)
         inputs = self._inputs(input_shapes)
         for t in inputs:
@@ -173,6 +242,7 @@ class _Converter:
 
         unsupported: Counter[str] = Counter()
         problems: list[str] = []
+        cause: Exception | None = None  # the first fault that was not a taskloom error
         failed: set[str] = set()  # values whose producer could not be converted
         for k, node in enumerate(g.node):
             label = f"node '{node.name}' ({node.op_type})" if node.name else \
@@ -203,6 +273,10 @@ class _Converter:
                         demanded.update(_inputs_behind(e.needs_constant))  # type: ignore[attr-defined]
                     msg = str(e)
                     problems.append(msg if msg.startswith(label) else f"{label}: {msg}")
+                except Exception as e:  # a converter's own fault on inputs it did not expect
+                    cause = cause or e
+                    problems.append(f"{label}: cannot be converted ({type(e).__name__}: {e}); check its "
+                                    "attributes and the shapes and types of its inputs")
             if outs is None:
                 failed.update(o for o in node.output if o)
                 continue
@@ -217,7 +291,7 @@ class _Converter:
                                 "constants={name: array}")
             err = FrontendError(self._report(unsupported, problems))
             err.constant_inputs = sorted(demanded)  # type: ignore[attr-defined]
-            raise err
+            raise err from cause
         return Graph(inputs, outputs)
 
     def _fix_inputs(self, constants: dict[str, Any]) -> None:
@@ -378,6 +452,8 @@ class _Converter:
             if a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS):
                 raise FrontendError(f"{label}: attribute '{a.name}' holds a subgraph; control flow "
                                     "(If, Loop, Scan) is not supported")
+            if a.type == AttributeProto.UNDEFINED:
+                raise FrontendError(f"{label}: attribute '{a.name}' has no type (a malformed attribute)")
             v = helper.get_attribute_value(a)
             if a.type == AttributeProto.TENSOR:
                 v = numpy_helper.to_array(v)

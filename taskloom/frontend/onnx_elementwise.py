@@ -116,7 +116,7 @@ def leaky_relu(n: OnnxNode) -> Tensor:
 def prelu(n: OnnxNode) -> Tensor:
     """PRelu: ``x`` where non-negative, else ``slope * x`` with a broadcast slope tensor."""
     x = n.tensor(0)
-    slope = operand(n, n.input(1), x)
+    slope = operand(n, n.required(1, "slope"), x)
     return ops.where(ops.less(x, zero_of(x.dtype)), ops.mul(x, slope), x)
 
 
@@ -225,9 +225,10 @@ _register_all({
 @converter("Div", versions=(7, 14))
 def div(n: OnnxNode) -> Tensor:
     """Div: true division for floats; integers truncate toward zero, as ONNX's integer Div."""
+    a, b = operands(n)
     dt = dtype_of(n.input(0))
     if dt.is_float():
-        return ops.div(*operands(n))
+        return ops.div(a, b)
     # integers: the quotient truncated toward zero, computed exactly in float64 (up to 2**53)
     q = ops.div(n.as_tensor(cast(n, n.input(0), F64)), n.as_tensor(cast(n, n.input(1), F64)))
     return ops.cast(q, dt)
@@ -237,7 +238,7 @@ def div(n: OnnxNode) -> Tensor:
 def pow_(n: OnnxNode) -> Tensor:
     """Pow: the result has the base's type; a constant scalar exponent becomes a Python number
     (so 2, 3, 0.5 become multiplications and square roots)."""
-    base, exponent = n.input(0), n.input(1)
+    base, exponent = n.required(0, "base"), n.required(1, "exponent")
     bt = dtype_of(base)
     x = n.as_tensor(base)
     if is_const(exponent) and as_numpy(exponent).size == 1 and as_numpy(exponent).ndim <= len(base.shape):
@@ -259,8 +260,9 @@ def _trunc(q: Tensor) -> Tensor:
 @converter("Mod", versions=(10, 28))
 def mod(n: OnnxNode) -> Tensor:
     """Mod: ``fmod=1`` takes the dividend's sign (C fmod), ``fmod=0`` the divisor's (Python %)."""
-    dt = dtype_of(n.input(0))
-    fmod = int(n.attr("fmod", 0))  # 1: the sign of the dividend (C's fmod); 0: of the divisor (Python's %)
+    dt = dtype_of(n.required(0))
+    n.required(1)
+    fmod = n.flag("fmod", 0)  # 1: the sign of the dividend (C's fmod); 0: of the divisor (Python's %)
     a = n.as_tensor(cast(n, n.input(0), F64))
     b = n.as_tensor(cast(n, n.input(1), F64))
     q = ops.div(a, b)
@@ -271,7 +273,7 @@ def mod(n: OnnxNode) -> Tensor:
 @converter("Where", versions=(9, 16))
 def where(n: OnnxNode) -> Tensor:
     """Where: ``a`` where ``cond`` holds, else ``b``, all three broadcast."""
-    cond = n.input(0)
+    cond = n.required(0, "condition")
     a, b = operands(n, 1, 2)
     c = cond if not is_const(cond) else n.pool.tensor(as_numpy(cond), n.label)
     return ops.where(c, a, b)
@@ -306,14 +308,14 @@ _register_all({
 @converter("Cast", versions=(6, 28))
 def cast_(n: OnnxNode) -> Value:
     """Cast to the element type of the ``to`` attribute (constants are cast in numpy)."""
-    dt = taskloom_dtype(n.attr("to"), f"{n.label}: 'to'")
-    return cast(n, n.input(0), dt)
+    dt = taskloom_dtype(n.required_attr("to"), f"{n.label}: 'to'")
+    return cast(n, n.required(0), dt)
 
 
 @converter("CastLike", versions=(15, 25))
 def cast_like(n: OnnxNode) -> Value:
     """CastLike: cast to the element type of input 1."""
-    return cast(n, n.input(0), dtype_of(n.input(1)))
+    return cast(n, n.required(0), dtype_of(n.required(1, "target_type")))
 
 
 # ----------------------------------------------------------------------------- softmax
@@ -344,7 +346,7 @@ def reduce_axes(n: OnnxNode, x: Tensor, axes_input_since: int) -> list[int] | No
     on. None means every axis; ``noop_with_empty_axes`` turns an empty list into no axis."""
     axes = n.attr("axes") if n.version < axes_input_since else n.ints(1, "axes")
     if not axes:
-        return [] if int(n.attr("noop_with_empty_axes", 0)) else None
+        return [] if n.flag("noop_with_empty_axes", 0) else None
     return sorted(set(normalize_axes(n, axes, x.ndim)))
 
 
@@ -359,7 +361,7 @@ def _reduction(kind: str, axes_input_since: int = 18) -> Callable[[OnnxNode], Va
         axes = reduce_axes(n, x, axes_input_since)
         if axes == []:
             return x
-        keep = bool(int(n.attr("keepdims", 1)))
+        keep = n.flag("keepdims", 1)
         dt = x.dtype
         shape = shape_of(x)
         if any(shape[a] == 0 for a in (range(x.ndim) if axes is None else axes)):
@@ -413,8 +415,8 @@ def _arg_reduction(fn: Callable[..., Tensor]) -> Callable[[OnnxNode], Tensor]:
     def convert(n: OnnxNode) -> Tensor:
         x = n.tensor(0)
         axis = normalize_axis(n, int(n.attr("axis", 0)), x.ndim)
-        keep = bool(int(n.attr("keepdims", 1)))
-        if not int(n.attr("select_last_index", 0)):
+        keep = n.flag("keepdims", 1)
+        if not n.flag("select_last_index", 0):
             return fn(x, axis, keep)
         # the last of equal extremes: search the reversed axis, then count back from the end
         size = shape_of(x)[axis]
@@ -445,7 +447,7 @@ def isnan(n: OnnxNode) -> Tensor:
 @converter("IsInf", versions=(10, 20))
 def isinf(n: OnnxNode) -> Tensor:
     """IsInf: whether each element is +inf (``detect_positive``) or -inf (``detect_negative``)."""
-    pos, neg = int(n.attr("detect_positive", 1)), int(n.attr("detect_negative", 1))
+    pos, neg = int(n.flag("detect_positive", 1)), int(n.flag("detect_negative", 1))
     x = n.tensor(0)
 
     def test(v: E.Expr) -> E.Expr:

@@ -23,7 +23,7 @@ from taskloom.ir import dtypes as T
 
 # ----------------------------------------------------------------------------- matrix products
 
-@converter("MatMul", versions=(9, 13))
+@converter("MatMul", versions=(1, 13))
 def matmul(n: OnnxNode) -> Tensor:
     """MatMul: numpy matmul semantics, batch axes broadcast."""
     return ops.matmul(n.tensor(0), n.tensor(1))
@@ -37,12 +37,14 @@ def _transpose2(n: OnnxNode, v: Value) -> Value:
 def gemm(n: OnnxNode) -> Tensor:
     """Gemm: ``alpha * op(A) @ op(B) + beta * C`` as ``linear``, with alpha folded into a
     constant B and a per-column C as the bias."""
-    a, b, c = n.input(0), n.input(1), n.input(2)
+    a, b, c = n.required(0, "A"), n.required(1, "B"), n.input(2)
+    if len(a.shape) != 2 or len(b.shape) != 2:
+        raise n.error(f"inputs A and B must be 2-d, got shapes {shape_of(a)} and {shape_of(b)}")
     alpha, beta = float(n.attr("alpha", 1.0)), float(n.attr("beta", 1.0))
-    if int(n.attr("transA", 0)):
+    if n.flag("transA", 0):
         a = _transpose2(n, a)
     # linear() takes the weight as (N, K): B itself with transB, else its transpose
-    w = b if int(n.attr("transB", 0)) else _transpose2(n, b)
+    w = b if n.flag("transB", 0) else _transpose2(n, b)
     dt = dtype_of(w)
     if alpha != 1.0 and is_const(w):
         w, alpha = (as_numpy(w) * alpha).astype(dt.numpy), 1.0
@@ -85,10 +87,12 @@ def _window_pads(n: OnnxNode, sizes: Sequence[int], kernel: Sequence[int], strid
         if len(pads) != 2 * nd:
             raise n.error(f"'pads'={pads} must hold {2 * nd} values (begins, then ends)")
         return [(int(pads[k]), int(pads[k + nd])) for k in range(nd)]
+    if auto not in ("VALID", "SAME_UPPER", "SAME_LOWER"):
+        raise n.error(f"'auto_pad'={auto!r} is not valid (valid: NOTSET, VALID, SAME_UPPER, SAME_LOWER)")
+    if n.attr("pads") is not None:
+        raise n.error(f"'pads' cannot be given with 'auto_pad'={auto!r} (ONNX: one or the other); drop one")
     if auto == "VALID":
         return [(0, 0)] * nd
-    if auto not in ("SAME_UPPER", "SAME_LOWER"):
-        raise n.error(f"'auto_pad'={auto!r} is not valid (valid: NOTSET, VALID, SAME_UPPER, SAME_LOWER)")
     out = []
     for size, k, s, d in zip(sizes, kernel, strides, dilations):
         total = max(0, (-(-size // s) - 1) * s + (k - 1) * d + 1 - size)
@@ -99,10 +103,11 @@ def _window_pads(n: OnnxNode, sizes: Sequence[int], kernel: Sequence[int], strid
 
 def _window_attrs(n: OnnxNode, nd: int, kernel: Sequence[int] | None = None):
     kernel = list(n.attr("kernel_shape") or kernel or [])
-    if len(kernel) != nd:
-        raise n.error(f"'kernel_shape'={kernel} must hold {nd} sizes")
     strides = list(n.attr("strides") or [1] * nd)
     dilations = list(n.attr("dilations") or [1] * nd)
+    for name, values in (("kernel_shape", kernel), ("strides", strides), ("dilations", dilations)):
+        if len(values) != nd or any(int(v) < 1 for v in values):
+            raise n.error(f"'{name}'={values} must hold {nd} positive sizes, one per spatial axis")
     return kernel, strides, dilations
 
 
@@ -119,9 +124,14 @@ def _lift(x: Value, nd: int) -> Value:
 def conv(n: OnnxNode) -> Tensor:
     """Conv: 1-d and 2-d, explicit or automatic (SAME_UPPER/SAME_LOWER/VALID) padding."""
     x = n.tensor(0)
-    w = n.input(1)
+    w = n.required(1, "weight")
     nd = _spatial(n, x, "Conv")
+    if len(w.shape) != nd + 2:
+        raise n.error(f"input 1 (weight) must be {nd + 2}-d (out_channels, in_channels / group, kernel...) "
+                      f"for a {nd}-d convolution, got shape {shape_of(w)}")
     kernel, strides, dilations = _window_attrs(n, nd, shape_of(w)[2:])
+    if list(kernel) != list(shape_of(w)[2:]):
+        raise n.error(f"'kernel_shape'={kernel} disagrees with the weight's window {list(shape_of(w)[2:])}")
     pads = _window_pads(n, shape_of(x)[2:], kernel, strides, dilations)
     if nd == 1:
         x, w = _lift(x, 1), _lift(w, 1)
@@ -160,8 +170,8 @@ def _pool(n: OnnxNode, kind: str) -> Tensor:
     kernel, strides, dilations = _window_attrs(n, nd)
     sizes = list(shape_of(x)[2:])
     pads = _window_pads(n, sizes, kernel, strides, dilations)
-    ceil = bool(int(n.attr("ceil_mode", 0)))
-    include_pad = bool(int(n.attr("count_include_pad", 0)))
+    ceil = n.flag("ceil_mode", 0)
+    include_pad = n.flag("count_include_pad", 0)
     if kind == "avg" and any(d != 1 for d in dilations):
         raise n.error(f"'dilations'={dilations} is not supported for average pooling (only 1)")
     outs = [_pool_out(sz, k, s, d, p, ceil) for sz, k, s, d, p in zip(sizes, kernel, strides, dilations, pads)]
@@ -195,7 +205,7 @@ def _pool(n: OnnxNode, kind: str) -> Tensor:
     return ops.squeeze(y, 2) if nd == 1 else y
 
 
-@converter("MaxPool", versions=(8, 22))
+@converter("MaxPool", versions=(1, 22))
 def max_pool(n: OnnxNode) -> Tensor:
     """MaxPool: 1-d and 2-d, any padding and ceil_mode (no Indices output)."""
     return _pool(n, "max")
@@ -256,13 +266,17 @@ def _per_channel(n: OnnxNode, t: Tensor, shape: tuple[int, ...]) -> Tensor:
     return ops.reshape(t, shape)
 
 
-@converter("BatchNormalization", versions=(9, 15))
+@converter("BatchNormalization", versions=(7, 15))
 def batch_norm(n: OnnxNode) -> Tensor:
     """BatchNormalization in inference mode (the running statistics)."""
     x = n.tensor(0)
-    if int(n.attr("training_mode", 0)) or any(n.wants_output(k) for k in range(1, 5)):
+    if not int(n.attr("spatial", 1)):
+        raise n.error("'spatial'=0 (statistics per channel and position) is not supported")
+    if n.flag("training_mode", 0) or any(n.wants_output(k) for k in range(1, 5)):
         raise n.error("training mode (batch statistics, running-stat outputs) is not supported; "
                       "export the model in eval mode")
+    if x.ndim < 2:
+        raise n.error(f"the input must be at least 2-d (N, C, ...), got shape {shape_of(x)}")
     c = (shape_of(x)[1],)
     scale, bias, mean, var = (_param(n, k, x.dtype, c) for k in (1, 2, 3, 4))
     return ops.batch_norm(x, mean, var, scale, bias, float(n.attr("epsilon", 1e-5)))
@@ -316,5 +330,5 @@ def rms_norm(n: OnnxNode) -> Tensor:
     mean_square = ops.mean(ops.pow(xs, 2.0), list(range(axis, x.ndim)), True)
     y = ops.mul(xs, ops.rsqrt(ops.add(mean_square, float(n.attr("epsilon", 1e-5)))))
     y = y if y.dtype == x.dtype else ops.cast(y, x.dtype)
-    scale = n.input(1)
+    scale = n.required(1, "scale")
     return ops.mul(y, n.as_tensor(cast(n, scale, x.dtype)))

@@ -16,6 +16,10 @@ nodes, and everything computed from them and from static shapes, such as the
 tensors otherwise. A converter may return either kind; concrete taskloom tensors count as
 constants. This module does not import ``onnx``: converters see attributes as plain
 Python values and tensors as numpy arrays.
+
+A converter reads what it needs through :class:`OnnxNode` (``required``, ``tensor``,
+``ints``, ``flag``, ``required_attr``...), whose errors name the node and say what would be
+right; anything else a converter raises is still reported against its node.
 """
 from __future__ import annotations
 
@@ -146,6 +150,13 @@ class OnnxNode:
         """Attribute ``name``, or ``default`` where the node does not set it."""
         return self.attrs.get(name, default)
 
+    def flag(self, name: str, default: int) -> bool:
+        """A 0-or-1 attribute (``keepdims``, ``transA``...) as a bool; other values are errors."""
+        v = self.attrs.get(name, default)
+        if isinstance(v, bool) or not isinstance(v, int) or v not in (0, 1):
+            raise self.error(f"'{name}'={v!r} must be 0 or 1")
+        return bool(v)
+
     def wants_output(self, k: int) -> bool:
         """Whether the model reads output ``k``."""
         return k < len(self.outputs) and self.outputs[k] != ""
@@ -159,12 +170,23 @@ class OnnxNode:
         """Whether optional input ``k`` is given."""
         return self.input(k) is not None
 
-    def tensor(self, k: int) -> Tensor:
-        """Input ``k`` as a taskloom tensor (constants become graph constants)."""
+    def required(self, k: int, what: str = "") -> Value:
+        """Input ``k``; an error naming it (as ``what``) where it is left out."""
         v = self.input(k)
         if v is None:
-            raise self.error(f"input {k} is required")
-        return self.as_tensor(v)
+            raise self.error(f"input {k}{f' ({what})' if what else ''} is required")
+        return v
+
+    def required_attr(self, name: str) -> Any:
+        """Attribute ``name``; an error where the node does not set it."""
+        v = self.attrs.get(name)
+        if v is None:
+            raise self.error(f"attribute '{name}' is required")
+        return v
+
+    def tensor(self, k: int) -> Tensor:
+        """Input ``k`` as a taskloom tensor (constants become graph constants)."""
+        return self.as_tensor(self.required(k))
 
     def as_tensor(self, v: Value) -> Tensor:
         """A value as a taskloom tensor (a numpy constant becomes a graph constant)."""
@@ -184,9 +206,16 @@ class OnnxNode:
         return as_numpy(v)
 
     def ints(self, k: int, what: str) -> list[int] | None:
-        """A constant integer input as a list of ints (None where it is left out)."""
+        """A constant 1-d integer input (sizes, axes, pads) as a list of ints (None where it
+        is left out)."""
         arr = self.const(k, what)
-        return None if arr is None else [int(x) for x in np.asarray(arr).reshape(-1)]
+        if arr is None:
+            return None
+        arr = np.asarray(arr)
+        if arr.ndim > 1 or not np.issubdtype(arr.dtype, np.integer):
+            raise self.error(f"input {k} ({what}) must be a 1-d tensor of integers, got {arr.dtype} of shape "
+                             f"{arr.shape}")
+        return [int(x) for x in arr.reshape(-1)]
 
     def scalar(self, k: int, what: str) -> Any:
         """A constant one-element input as a Python number (None where it is left out)."""

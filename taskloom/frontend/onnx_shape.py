@@ -26,7 +26,11 @@ def reshape(n: OnnxNode) -> Tensor:
     shape = n.ints(1, "shape")
     if shape is None:
         raise n.error("input 1 (shape) is required")
-    allowzero = int(n.attr("allowzero", 0))
+    allowzero = n.flag("allowzero", 0)
+    copied = [k for k, d in enumerate(shape) if d == 0 and not allowzero and k >= x.ndim]
+    if copied:
+        raise n.error(f"'shape'={shape} holds 0 at position {copied[0]}, which copies that dimension of the "
+                      f"input, but the input is {x.ndim}-d (shape {shape_of(x)}); give the size itself")
     target = [x.shape[k] if d == 0 and not allowzero else d for k, d in enumerate(shape)]
     if tuple(target) == x.shape:
         return x
@@ -105,7 +109,7 @@ def concat(n: OnnxNode) -> Tensor:
     values = [v for v in n.inputs if v is not None]
     if not values:
         raise n.error("needs at least one input")
-    axis = normalize_axis(n, int(n.attr("axis")), len(values[0].shape))
+    axis = normalize_axis(n, int(n.required_attr("axis")), len(values[0].shape))
     if len(values) == 1:
         return n.as_tensor(values[0])
     return ops.concat([n.as_tensor(v) for v in values], axis)
@@ -121,6 +125,8 @@ def split(n: OnnxNode) -> list[Tensor]:
     sizes = n.attr("split") if n.version < 13 else n.ints(1, "split")
     if not sizes:
         count = int(n.attr("num_outputs", 0)) or len(n.outputs)
+        if count < 1:
+            raise n.error(f"'num_outputs'={count} must be positive")
         if n.attr("num_outputs") is not None:
             step = -(-size // count)  # every piece ceil(size / count) long, the last shorter
             sizes = [min(step, size - k * step) for k in range(count)]
@@ -163,6 +169,11 @@ def slice_(n: OnnxNode) -> Tensor:
         raise n.error(f"'starts' ({starts}) and 'ends' ({ends}) must be given, one of each per sliced axis")
     axes = n.ints(3, "axes") or list(range(len(starts)))
     steps = n.ints(4, "steps") or [1] * len(starts)
+    if len(axes) != len(starts) or len(steps) != len(starts):
+        raise n.error(f"'starts' holds {len(starts)} values, so 'axes' ({axes}) and 'steps' ({steps}) must "
+                      "hold as many")
+    if len(set(normalize_axes(n, axes, x.ndim))) != len(axes):
+        raise n.error(f"'axes'={axes} names an axis twice")
     picks: dict[int, range] = {}
     for start, end, axis, step in zip(starts, ends, normalize_axes(n, axes, x.ndim), steps):
         if step == 0:
@@ -182,9 +193,9 @@ def slice_(n: OnnxNode) -> Tensor:
 
 def _indices(n: OnnxNode, k: int, extent: int) -> Tensor | np.ndarray:
     """Index input ``k`` with negative entries counted from the end of an axis of ``extent``."""
-    idx = n.input(k)
-    if idx is None:
-        raise n.error(f"input {k} (indices) is required")
+    idx = n.required(k, "indices")
+    if not dtype_of(idx).is_integer():
+        raise n.error(f"input {k} (indices) must hold integers, got {dtype_of(idx).name}")
     if is_const(idx):
         arr = as_numpy(idx)
         return np.where(arr < 0, arr + extent, arr).astype(arr.dtype)
@@ -254,6 +265,9 @@ def pad(n: OnnxNode) -> Tensor:
     before, after = [0] * x.ndim, [0] * x.ndim
     for k, a in enumerate(axes):
         before[a], after[a] = pads[k], pads[k + len(axes)]
+        if x.shape[a] + before[a] + after[a] < 0:
+            raise n.error(f"'pads' {before[a]} and {after[a]} crop axis {a} of size {x.shape[a]} by more "
+                          "than its size")
     if mode == "constant":
         value = n.scalar(2, "constant_value") if n.has(2) else 0
         pairs: list[int] = []
@@ -279,7 +293,7 @@ def trilu(n: OnnxNode) -> Tensor:
     k = n.scalar(1, "k") if n.has(1) else 0
     rows, cols = shape_of(x)[-2:]
     ones = np.ones((rows, cols), dtype=bool)
-    mask = np.triu(ones, k) if int(n.attr("upper", 1)) else np.tril(ones, k)
+    mask = np.triu(ones, k) if n.flag("upper", 1) else np.tril(ones, k)
     return ops.where(n.pool.tensor(mask, n.label), x, zero_of(x.dtype))
 
 
@@ -316,6 +330,8 @@ def constant(n: OnnxNode) -> np.ndarray:
 def constant_of_shape(n: OnnxNode) -> np.ndarray:
     """ConstantOfShape: a constant filled with ``value`` (default float32 0)."""
     dims = n.ints(0, "shape") or []
+    if any(d < 0 for d in dims):
+        raise n.error(f"input 0 (shape) must hold non-negative sizes, got {dims}")
     value = n.attr("value")
     fill = np.zeros(1, np.float32) if value is None else np.asarray(value).reshape(-1)
     return np.full(dims, fill[0], dtype=fill.dtype)
@@ -324,7 +340,10 @@ def constant_of_shape(n: OnnxNode) -> np.ndarray:
 @converter("EyeLike", versions=(9, 22))
 def eye_like(n: OnnxNode) -> np.ndarray:
     """EyeLike: ones on diagonal ``k`` of a constant of the input's 2-d shape."""
-    rows, cols = shape_of(n.input(0))
+    shape = shape_of(n.required(0))
+    if len(shape) != 2:
+        raise n.error(f"the input must be 2-d, got shape {shape}")
+    rows, cols = shape
     code = n.attr("dtype")
     dt = dtype_of(n.input(0)) if code is None else taskloom_dtype(code, f"{n.label}: 'dtype'")
     return np.eye(rows, cols, int(n.attr("k", 0)), dtype=dt.numpy)
@@ -335,6 +354,10 @@ def range_(n: OnnxNode) -> np.ndarray:
     """Range: only with constant inputs (the node folds; this asks for them otherwise)."""
     # the output's size depends on the values, so they must be known (then the node folds)
     start, limit, delta = (n.const(k, what) for k, what in enumerate(("start", "limit", "delta")))
+    if start is None or limit is None or delta is None:
+        raise n.error("inputs 0, 1 and 2 (start, limit, delta) are required")
+    if not delta.any():
+        raise n.error("input 2 (delta) must not be 0")
     return np.arange(start, limit, delta).astype(np.asarray(start).dtype)
 
 

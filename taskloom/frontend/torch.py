@@ -20,9 +20,16 @@ What to know:
   arrays the native code wrote (DLPack, no copy).
 - Operators without a converter are all listed in one :class:`~taskloom.errors.FrontendError`;
   with ``fallback=True`` the graph runs in eager PyTorch instead, with a warning naming them.
+- Errors: a model that ``taskloom.torch.compile`` compiled raises taskloom's own error (a
+  :class:`~taskloom.errors.TaskloomError` subclass), with dynamo's ``BackendCompilerFailed``
+  (whose traceback shows the user's frame) as its ``__cause__`` or, where a converter's
+  own fault is the cause, as its ``dynamo_error``.
+  ``torch.compile(model, backend="taskloom")`` leaves dynamo's wrapping in place: catch
+  ``BackendCompilerFailed`` and read its ``inner_exception``, or call :func:`unwrap_error`.
 """
 from __future__ import annotations
 
+import functools
 import operator
 import re
 import warnings
@@ -32,13 +39,13 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 from torch.utils._pytree import TreeSpec, tree_unflatten
 
-from taskloom.errors import FrontendError
+from taskloom.errors import FrontendError, TaskloomError
 from taskloom.frontend.torch_aten import REGISTRY, register
 from taskloom.frontend.torch_convert import Conversion, convert
 from taskloom.frontend.torch_lower import lower_to_aten
 
 __all__ = ["Backend", "CompiledFunction", "FallbackWarning", "Options", "REGISTRY", "compile", "compile_module",
-           "register", "taskloom_backend"]
+           "register", "taskloom_backend", "unwrap_error"]
 
 
 class FallbackWarning(UserWarning):
@@ -234,7 +241,11 @@ class CompiledFunction:
 
     def _build(self, args: Sequence[Any]) -> _Program:
         from taskloom.compiler.graph_compiler import compile_graph
-        aten_gm = lower_to_aten(self.gm, args)
+        try:
+            aten_gm = lower_to_aten(self.gm, args)
+        except Exception as e:
+            raise FrontendError(f"torch could not lower the captured graph to core ATen operators "
+                                f"({type(e).__name__}: {_first_line(e)})") from e
         conversion = convert(aten_gm, args, self._is_input, self._names)
         compiled = None
         if conversion.graph is not None:
@@ -246,6 +257,46 @@ class CompiledFunction:
     def __call__(self, *args: Any) -> Any:
         program = self._specialize(args)
         return program.run(args) if isinstance(program, _Program) else program(*args)
+
+
+def _first_line(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def unwrap_error(error: BaseException) -> BaseException:
+    """The taskloom error inside dynamo's ``BackendCompilerFailed`` (what
+    ``torch.compile(model, backend="taskloom")`` raises when taskloom refuses a graph); any
+    other exception as it is. Dynamo's error becomes the taskloom error's ``__cause__``
+    unless that already holds the fault behind it (a converter's own exception), and is
+    its ``dynamo_error`` either way."""
+    from torch._dynamo.exc import BackendCompilerFailed
+    inner = getattr(error, "inner_exception", None)
+    if not isinstance(error, BackendCompilerFailed) or not isinstance(inner, TaskloomError):
+        return error
+    error.__context__ = None  # (dynamo raised it while handling the inner error: no cycle)
+    error.__suppress_context__ = True
+    inner.dynamo_error = error  # type: ignore[attr-defined]
+    if inner.__cause__ is None:
+        inner.__cause__ = error
+    return inner
+
+
+def _raising_taskloom_errors(fn: Callable) -> Callable:
+    """``fn`` (a function torch.compile made) raising taskloom errors out of dynamo's
+    ``BackendCompilerFailed``."""
+    from torch._dynamo.exc import BackendCompilerFailed
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except BackendCompilerFailed as e:
+            inner = unwrap_error(e)
+            if inner is e:
+                raise
+            raise inner from inner.__cause__
+    return call
 
 
 def _warn_fallback(error: Exception) -> None:
@@ -311,6 +362,11 @@ def compile_module(model: Any, example_inputs: tuple[Any, ...], *, target: Any =
     except torch._dynamo.exc.Unsupported as e:
         raise FrontendError(f"compile(): the model does not trace as one graph ({e}); "
                             "use taskloom.torch.compile(model) for models with graph breaks") from None
+    except torch._dynamo.exc.BackendCompilerFailed as e:
+        inner = unwrap_error(e)
+        if inner is e:
+            raise
+        raise inner from inner.__cause__
     (fn,) = backend.compiled
     compiled = fn.compiled_graph
     program = next(iter(fn._programs.values()))
@@ -328,8 +384,15 @@ def compile(model: Any, *, target: Any = None, tune: int = 0, fallback: bool = F
             layout: str = "auto") -> Any:
     """``torch.compile(model, backend=<taskloom>, options={target, tune, fallback, budget, layout})``:
     the model (or function) compiled by taskloom when first called. Shapes are static by
-    default (``dynamic=False``); each new input shape compiles again."""
+    default (``dynamic=False``); each new input shape compiles again. A graph taskloom
+    cannot compile raises a :class:`~taskloom.errors.TaskloomError` (dynamo's
+    ``BackendCompilerFailed`` chained as its cause)."""
     Options(target, tune, fallback, budget, layout)  # check the options now, not at the first call
-    return torch.compile(model, backend=taskloom_backend, dynamic=dynamic, fullgraph=fullgraph,
-                         options={"target": target, "tune": tune, "fallback": fallback, "budget": budget,
-                                  "layout": layout})
+    compiled = torch.compile(model, backend=taskloom_backend, dynamic=dynamic, fullgraph=fullgraph,
+                             options={"target": target, "tune": tune, "fallback": fallback, "budget": budget,
+                                      "layout": layout})
+    # taskloom's errors come out as themselves, not wrapped in dynamo's BackendCompilerFailed
+    if isinstance(compiled, torch.nn.Module):  # dynamo's OptimizedModule: its forward is the compiled call
+        compiled.forward = _raising_taskloom_errors(compiled.forward)
+        return compiled
+    return _raising_taskloom_errors(compiled)

@@ -189,7 +189,7 @@ class _Interpreter:
             value = convert(*self.arg(node.args), **self.arg(node.kwargs))
         except TaskloomError as e:
             raise FrontendError(f"{op_name(node.target)} (node '{node.name}'): {e}") from e
-        except (TypeError, ValueError, IndexError) as e:
+        except Exception as e:  # the converter's own fault on arguments it did not expect
             raise FrontendError(f"{op_name(node.target)} (node '{node.name}'): the converter does not accept "
                                 f"these arguments ({type(e).__name__}: {e})") from e
         if isinstance(value, (tuple, list)):

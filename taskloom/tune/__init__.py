@@ -17,6 +17,6 @@
   fastest configuration measured so far and :meth:`Records.results` what is already known.
 """
 from taskloom.tune.measure import Measurement, measure
-from taskloom.tune.records import Records, config_key
+from taskloom.tune.records import RecordWarning, Records, config_key, config_problem
 
-__all__ = ["Measurement", "Records", "config_key", "measure"]
+__all__ = ["Measurement", "RecordWarning", "Records", "config_key", "config_problem", "measure"]

@@ -13,10 +13,16 @@ Records travel between machines and runs as JSON Lines files (:meth:`Records.exp
 :meth:`Records.import_file`; gzip when the name ends in ``.gz``): a header line
 ``{"format": "taskloom-records", "version": 1, "exported": ..., "count": n}``, then one
 object per record with its config as a JSON object. Importing validates the whole file
-before it writes anything, keeps a record already present unless asked to replace it or
-the imported one succeeded where the present one failed, and keeps each record's
-``created`` time, so records measured elsewhere can seed tuning here or train a cost
-model (:meth:`Records.records` gives them as :class:`Record` objects).
+before it writes anything (each config against its template: :func:`config_problem`),
+keeps a record already present unless asked to replace it or the imported one succeeded
+where the present one failed, and keeps each record's ``created`` time, so records
+measured elsewhere can seed tuning here or train a cost model (:meth:`Records.records`
+gives them as :class:`Record` objects).
+
+A record whose config its template cannot build (one written before configs were checked,
+or by hand) is never handed out: :meth:`Records.best`, :meth:`Records.results` and
+:meth:`Records.records` skip it with a :class:`RecordWarning`, so a compile falls back to
+the other records or the analytic model instead of failing.
 """
 from __future__ import annotations
 
@@ -30,8 +36,9 @@ import os
 import sqlite3
 import time
 import uuid
+import warnings
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from taskloom.backend.cache import BuildCache
 from taskloom.errors import LoadError, TaskloomError
@@ -57,6 +64,53 @@ CREATE TABLE IF NOT EXISTS records (
     UNIQUE (workload, target, config)
 )
 """
+
+
+class RecordWarning(UserWarning):
+    """A tuning record was skipped: its config is not one its template can build."""
+
+
+def _matmul_problem(config: dict[str, Any], target: str) -> str | None:
+    """Why ``config`` is not a matmul template config (:class:`MatmulConfig`) for ``target``:
+    its fields, each a positive integer, and a register tile the target's registers hold
+    (the template's own bound)."""
+    from taskloom.errors import TargetError
+    from taskloom.schedule.templates.matmul_cpu import MatmulConfig
+    from taskloom.target.cpu import CpuTarget
+    fields = [f.name for f in dataclasses.fields(MatmulConfig)]
+    missing, unknown = [f for f in fields if f not in config], sorted(set(config) - set(fields))
+    if missing or unknown:
+        return (f"a matmul config has exactly the fields {', '.join(fields)}"
+                + (f"; missing {', '.join(missing)}" if missing else "")
+                + (f"; unknown {', '.join(unknown)}" if unknown else ""))
+    bad = [f"{f}={config[f]!r}" for f in fields
+           if isinstance(config[f], bool) or not isinstance(config[f], int) or config[f] < 1]
+    if bad:
+        return f"{', '.join(bad)}: every field of a matmul config must be a positive integer"
+    _, _, flags = target.partition("-")
+    try:
+        regs = CpuTarget(target, 1, frozenset(flags.split("-") if flags else ())).num_vector_registers
+    except TargetError:
+        return None  # a target this taskloom does not know: its registers are unknown
+    mr, nv = config["mr"], config["nv"]
+    if mr * nv + nv + 1 > regs:
+        return (f"its {mr}x{nv}-vector register tile needs {mr * nv + nv + 1} vector registers; "
+                f"target {target} has {regs}")
+    return None
+
+
+#: template (a workload's first component) -> (config, target key) -> why it is not valid.
+CONFIG_CHECKS: dict[str, Callable[[dict[str, Any], str], str | None]] = {"matmul_cpu": _matmul_problem}
+
+
+def config_problem(workload: str, target: str, config: Any) -> str | None:
+    """Why ``config`` cannot be a config of ``workload``'s template on ``target`` (a target
+    key), or None when it can. Workloads of templates without a check (the first component
+    of the workload, ``matmul_cpu/...``, names the template) are not checked."""
+    if not isinstance(config, dict):
+        return f"a config must be a JSON object, got {type(config).__name__}"
+    check = CONFIG_CHECKS.get(workload.partition("/")[0])
+    return None if check is None else check(config, target)
 
 
 def config_key(config: dict[str, Any]) -> str:
@@ -121,10 +175,14 @@ class Records:
     def add(self, workload: str, target: str, config: dict[str, Any], seconds: float | None,
             error: str | None = None) -> None:
         """Record that ``config`` ran ``workload`` on ``target`` in ``seconds`` per call, or
-        failed (``seconds`` None, ``error`` saying why)."""
+        failed (``seconds`` None, ``error`` saying why). A config its template cannot build
+        (:func:`config_problem`) is refused."""
         _check_name("workload", workload)
         _check_name("target", target)
         key = config_key(config)
+        problem = config_problem(workload, target, config)
+        if problem is not None:
+            raise TaskloomError(f"cannot record config {key} of {workload} on {target}: {problem}")
         if seconds is not None:
             if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) \
                     or not math.isfinite(seconds) or seconds < 0:
@@ -137,22 +195,23 @@ class Records:
                        "VALUES (?, ?, ?, ?, ?, ?)", (workload, target, key, seconds, error, time.time()))
 
     def best(self, workload: str, target: str) -> dict[str, Any] | None:
-        """The config of the fastest successful record of ``workload`` on ``target``, or None."""
-        with self._connect() as db:
-            row = db.execute("SELECT config FROM records WHERE workload = ? AND target = ? "
-                             "AND seconds IS NOT NULL AND error IS NULL "
-                             "ORDER BY seconds, created LIMIT 1", (workload, target)).fetchone()
-        return None if row is None else json.loads(row[0])
+        """The config of the fastest successful record of ``workload`` on ``target``, or None.
+        A record its template cannot build is skipped (:class:`RecordWarning`)."""
+        found = self._fastest(workload, target)
+        return None if found is None else found[0]
 
     def results(self, workload: str, target: str) -> dict[str, tuple[float | None, str | None]]:
-        """Every record of ``workload`` on ``target``: :func:`config_key` -> (seconds, error)."""
+        """Every record of ``workload`` on ``target``: :func:`config_key` -> (seconds, error).
+        Records their template cannot build are skipped (:class:`RecordWarning`)."""
         with self._connect() as db:
             rows = db.execute("SELECT config, seconds, error FROM records WHERE workload = ? AND target = ?",
                               (workload, target)).fetchall()
-        return {config: (seconds, error) for config, seconds, error in rows}
+        return {config: (seconds, error) for config, seconds, error in rows
+                if self._usable(workload, target, config) is not None}
 
     def records(self, workload: str | None = None, target: str | None = None) -> list[Record]:
-        """Every record, or those of ``workload`` and/or ``target``, oldest first.
+        """Every record, or those of ``workload`` and/or ``target``, oldest first; records
+        their template cannot build are skipped (:class:`RecordWarning`).
 
         ``workload`` may end in ``*`` to select every workload starting with what precedes
         it (``"matmul_cpu/*"``).
@@ -161,8 +220,12 @@ class Records:
         with self._connect() as db:
             rows = db.execute("SELECT workload, target, config, seconds, error, created FROM records"
                               f"{where} ORDER BY created, rowid", params).fetchall()
-        return [Record(w, t, json.loads(config), seconds, error, created)
-                for w, t, config, seconds, error, created in rows]
+        out = []
+        for w, t, key, seconds, error, created in rows:
+            config = self._usable(w, t, key)
+            if config is not None:
+                out.append(Record(w, t, config, seconds, error, created))
+        return out
 
     def workloads(self, target: str | None = None) -> list[tuple[str, str, int]]:
         """(workload, target, number of records) for every workload recorded, or only those
@@ -182,9 +245,35 @@ class Records:
     def best_seconds(self, workload: str, target: str) -> float | None:
         """The time of the fastest successful record of ``workload`` on ``target`` (the one
         :meth:`best` returns the config of), or None when no config ran."""
+        found = self._fastest(workload, target)
+        return None if found is None else found[1]
+
+    def _fastest(self, workload: str, target: str) -> tuple[dict[str, Any], float] | None:
+        """(config, seconds) of the fastest successful record its template can build."""
         with self._connect() as db:
-            return db.execute("SELECT MIN(seconds) FROM records WHERE workload = ? AND target = ? "
-                              "AND seconds IS NOT NULL AND error IS NULL", (workload, target)).fetchone()[0]
+            rows = db.execute("SELECT config, seconds FROM records WHERE workload = ? AND target = ? "
+                              "AND seconds IS NOT NULL AND error IS NULL ORDER BY seconds, created",
+                              (workload, target))
+            for key, seconds in rows:
+                config = self._usable(workload, target, key)
+                if config is not None:
+                    return config, seconds
+        return None
+
+    def _usable(self, workload: str, target: str, key: str) -> dict[str, Any] | None:
+        """The config a stored record holds, or None (with a :class:`RecordWarning`) when it
+        is not one its template can build."""
+        try:
+            config = json.loads(key)
+        except ValueError:
+            config, problem = None, "its config is not JSON"
+        else:
+            problem = config_problem(workload, target, config)
+        if problem is None:
+            return config
+        warnings.warn(f"tuning records {self.path}: skipped the record of {workload} on {target} with config "
+                      f"{key}: {problem}", RecordWarning, stacklevel=3)
+        return None
 
     def export(self, path: str | Path, *, workload: str | None = None, target: str | None = None) -> int:
         """Write the records matching ``workload`` (``*`` suffix: a prefix) and ``target``,
@@ -388,6 +477,10 @@ def _record_row(obj: dict[str, Any], bad: Any) -> tuple[str, str, str, float | N
         key = config_key(obj["config"])
     except TaskloomError as exc:
         raise bad(str(exc)) from None
+    problem = config_problem(obj["workload"], obj["target"], obj["config"])
+    if problem is not None:
+        raise bad(f"'config' {key} is not a config of {obj['workload'].partition('/')[0]} that taskloom "
+                  f"can build: {problem}")
     seconds = obj["seconds"]
     if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
                                 or not math.isfinite(seconds) or seconds < 0):

@@ -17,15 +17,20 @@ AVX2 = "x86_64-sse4_2-avx-avx2-fma"
 AVX512 = "x86_64-sse4_2-avx-avx2-fma-avx512f-avx512bw-avx512vl-avx512dq-avx512_bf16"
 
 
+def _cfg(mr, nv, kc):
+    """A whole matmul config (records of matmul_cpu workloads are checked against its fields)."""
+    return {"mr": mr, "nv": nv, "kc": kc, "mc": 64, "nc": 1024, "pm": 1, "pn": 1}
+
+
 @pytest.fixture
 def source(tmp_path):
     """A database with two matmuls and a conv on two targets, one failure among them."""
     records = Records(tmp_path / "source.sqlite")
-    records.add("matmul_cpu/1x64x64x64", AVX2, {"mr": 4, "nv": 2, "kc": 256}, 2e-3)
-    records.add("matmul_cpu/1x64x64x64", AVX2, {"mr": 6, "nv": 2, "kc": 256}, 1e-3)
-    records.add("matmul_cpu/1x64x64x64", AVX2, {"mr": 8, "nv": 2, "kc": 256}, None, "build: gcc failed")
-    records.add("matmul_cpu/1x64x64x64", AVX512, {"mr": 4, "nv": 4, "kc": 128}, 5e-4)
-    records.add("matmul_cpu/2x32x32x32", AVX2, {"mr": 2, "nv": 1, "kc": 64}, 3e-5)
+    records.add("matmul_cpu/1x64x64x64", AVX2, _cfg(4, 2, 256), 2e-3)
+    records.add("matmul_cpu/1x64x64x64", AVX2, _cfg(6, 2, 256), 1e-3)
+    records.add("matmul_cpu/1x64x64x64", AVX2, _cfg(5, 2, 256), None, "build: gcc failed")
+    records.add("matmul_cpu/1x64x64x64", AVX512, _cfg(4, 4, 128), 5e-4)
+    records.add("matmul_cpu/2x32x32x32", AVX2, _cfg(2, 1, 64), 3e-5)
     records.add("conv2d_cpu/1x3x32x32", AVX2, {"mr": 4, "nv": 2, "kc": 27}, 7e-4)
     return records
 
@@ -53,7 +58,7 @@ def _header(count, **extra):
 
 
 def _record(**changes):
-    return {"workload": "matmul_cpu/1x8x8x8", "target": AVX2, "config": {"mr": 1}, "seconds": 1e-3,
+    return {"workload": "conv2d_cpu/1x8x8x8", "target": AVX2, "config": {"mr": 1}, "seconds": 1e-3,
             "error": None, "created": 1.7e9, **changes}
 
 
@@ -64,7 +69,7 @@ def test_records_are_ordered_by_created_and_filtered(source):
     assert len(all_records) == source.count() == 6
     assert [r.created for r in all_records] == sorted(r.created for r in all_records)
     first = all_records[0]
-    assert first == Record("matmul_cpu/1x64x64x64", AVX2, {"mr": 4, "nv": 2, "kc": 256}, 2e-3, None,
+    assert first == Record("matmul_cpu/1x64x64x64", AVX2, _cfg(4, 2, 256), 2e-3, None,
                            first.created)
     assert first.ok and not all_records[2].ok and all_records[2].error == "build: gcc failed"
     with pytest.raises(TypeError):
@@ -113,7 +118,7 @@ def test_round_trip_into_a_fresh_database(source, tmp_path, name):
     assert fresh.import_file(path) == (6, 0)
     assert _rows(fresh) == _rows(source)
     assert fresh.records() == source.records()
-    assert fresh.best("matmul_cpu/1x64x64x64", AVX2) == {"mr": 6, "nv": 2, "kc": 256}
+    assert fresh.best("matmul_cpu/1x64x64x64", AVX2) == _cfg(6, 2, 256)
     assert fresh.import_file(path) == (0, 6) and _rows(fresh) == _rows(source)
     assert not list(tmp_path.glob(".*.tmp"))
 
@@ -144,12 +149,12 @@ def test_present_records_are_kept_unless_replace(source, tmp_path):
     path = tmp_path / "out.jsonl"
     source.export(path)
     here = Records(tmp_path / "here.sqlite")
-    here.add("matmul_cpu/1x64x64x64", AVX2, {"mr": 4, "nv": 2, "kc": 256}, 9e-3)   # a success, kept
-    here.add("matmul_cpu/1x64x64x64", AVX2, {"mr": 6, "nv": 2, "kc": 256}, None, "timeout")  # a failure
-    here.add("matmul_cpu/1x64x64x64", AVX2, {"mr": 8, "nv": 2, "kc": 256}, 4e-3)  # imported one failed
+    here.add("matmul_cpu/1x64x64x64", AVX2, _cfg(4, 2, 256), 9e-3)   # a success, kept
+    here.add("matmul_cpu/1x64x64x64", AVX2, _cfg(6, 2, 256), None, "timeout")  # a failure
+    here.add("matmul_cpu/1x64x64x64", AVX2, _cfg(5, 2, 256), 4e-3)  # imported one failed
     assert here.import_file(path) == (4, 2)
     results = {json.loads(k)["mr"]: v for k, v in here.results("matmul_cpu/1x64x64x64", AVX2).items()}
-    assert results == {4: (9e-3, None), 6: (1e-3, None), 8: (4e-3, None)}
+    assert results == {4: (9e-3, None), 6: (1e-3, None), 5: (4e-3, None)}
     assert here.count() == 6
 
     assert here.import_file(path, replace=True) == (6, 0)
@@ -263,7 +268,7 @@ _results = st.tuples(st.floats(min_value=0, max_value=1e3, allow_nan=False), st.
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["matmul_cpu/a", "matmul_cpu/b", "conv/c"]),
+@given(st.lists(st.tuples(st.sampled_from(["conv2d_cpu/a", "conv2d_cpu/b", "conv/c"]),  # configs unchecked
                           st.sampled_from([AVX2, AVX512]), _configs, _results), max_size=8),
        st.booleans())
 def test_random_records_round_trip(entries, zipped):

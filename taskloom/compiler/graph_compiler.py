@@ -19,6 +19,7 @@ from taskloom.runtime.library_file import record_source
 from taskloom.runtime.saved_file import graph_record
 from taskloom.runtime.memory_plan import Buffer, plan_memory
 from taskloom.compiler.drivers import schedule_kernel
+from taskloom.compiler.index_checks import index_checks
 from taskloom.target import get_cpu_target
 from taskloom.tune.budget import Budget
 from taskloom.target.base import Target
@@ -142,7 +143,7 @@ def compile_graph(graph: Graph, target: Target | str | None = None, *, tune: int
     meta = {"inputs": [{"name": t.name, "dtype": t.dtype.name, "shape": [int(d) for d in t.shape]}
                        for t in graph.inputs],
             "outputs": outputs_meta, "arena_bytes": plan.arena_bytes, "memory": plan.describe(),
-            "kernels": kernels, "target": tgt.to_dict()}
+            "kernels": kernels, "target": tgt.to_dict(), "index_checks": index_checks(graph)}
     record = record_source(graph_record(meta, [(c.dtype.name, c.shape) for c in arrays]))
     lib = build_library(functions, tgt, name="graph", extra_source=launcher_source(calls) + record,
                         timings=timings, load_check=True)

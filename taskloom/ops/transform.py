@@ -554,10 +554,14 @@ def slice(x: Any, axis: int, start: int | None, stop: int | None, step: int = 1)
 
 # ----------------------------------------------------------------------------- gathers
 
-def _index(value: E.Expr) -> E.Expr:
-    """An index read from a tensor, as the IR's index type (int64 indices were range-checked
-    against the sizes, which are int32)."""
-    return E.cast(value, index_type)
+def _index(value: E.Expr, extent: Dim) -> E.Expr:
+    """An index read from a tensor, as the IR's index type, kept inside ``[0, extent)``.
+
+    Concrete indices are range-checked when an operator is applied; indices that arrive
+    with a compiled model's inputs are not, and a kernel must never read outside its table
+    (an id of 10**9 would fault). Clamping costs two compares per index and makes any
+    value, however far out, read a row of the table."""
+    return _clamp(E.cast(value, index_type), True, E.as_expr(extent) - 1)
 
 
 def gather(x: Any, axis: int, index: Any) -> Tensor:
@@ -580,7 +584,7 @@ def gather(x: Any, axis: int, index: Any) -> Tensor:
     _index_arg(op, "index", idx, x.shape[ax])
 
     def build(X: TensorInput, I: TensorInput) -> GridCompute:
-        return compute(op, I.shape, lambda *i: X[tuple(_index(I[i]) if d == ax else i[d] for d in range(x.ndim))])
+        return compute(op, I.shape, lambda *i: X[tuple(_index(I[i], X.shape[ax]) if d == ax else i[d] for d in range(x.ndim))])
     return apply(op, [x, idx], ["x", "index"], build, {"axis": ax})[0]
 
 
@@ -600,7 +604,7 @@ def index_select(x: Any, axis: int, index: Any) -> Tensor:
 
     def build(X: TensorInput, I: TensorInput) -> GridCompute:
         shape = [I.shape[0] if d == ax else s for d, s in enumerate(X.shape)]
-        return compute(op, shape, lambda *i: X[tuple(_index(I[i[ax]]) if d == ax else i[d] for d in range(x.ndim))])
+        return compute(op, shape, lambda *i: X[tuple(_index(I[i[ax]], X.shape[ax]) if d == ax else i[d] for d in range(x.ndim))])
     return apply(op, [x, idx], ["x", "index"], build, {"axis": ax})[0]
 
 
@@ -617,7 +621,7 @@ def embedding(indices: Any, weight: Any) -> Tensor:
     nd = idx.ndim
 
     def build(I: TensorInput, W: TensorInput) -> GridCompute:
-        return compute(op, [*I.shape, W.shape[1]], lambda *i: W[_index(I[tuple(i[:nd])]), i[nd]])
+        return compute(op, [*I.shape, W.shape[1]], lambda *i: W[_index(I[tuple(i[:nd])], W.shape[0]), i[nd]])
     return apply(op, [idx, w], ["indices", "weight"], build)[0]
 
 

@@ -65,6 +65,7 @@ class CompiledGraph:
         self._lock = threading.Lock()  # one arena: calls on one CompiledGraph run one at a time
         self.inputs = meta["inputs"]
         self.outputs = meta["outputs"]
+        self._index_checks = meta.get("index_checks") or []
         # what a call checks and allocates, worked out once (a call costs microseconds of Python)
         self._in_types = [(_np_dtype_or_none(i["dtype"]), tuple(i["shape"])) for i in self.inputs]
         self._out_types = [(_np_dtype_or_none(o["dtype"]) or o["dtype"], tuple(o["shape"])) for o in self.outputs]
@@ -88,6 +89,8 @@ class CompiledGraph:
     def __call__(self, *args: Any) -> Any:
         keep: list[Any] = []  # the inputs' keep-alives, until the native call returns
         ptrs, as_torch = self._input_pointers(args, keep)
+        if self._index_checks:
+            self._check_indices(args)
         outs, outptrs = self._new_outputs(as_torch)
         with self._lock:
             ins, outp = self._in_ptrs, self._out_ptrs
@@ -169,6 +172,20 @@ class CompiledGraph:
                     continue
             ptrs.append(self._input_pointer(self.inputs[k], a, keep))
         return ptrs, as_torch
+
+    def _check_indices(self, args: Sequence[Any]) -> None:
+        """An input holding indices into a table must hold them in range (kernels clamp
+        them, so a bad one would give a wrong answer, never a fault)."""
+        for check in self._index_checks:
+            k = check["input"]
+            ids = args[k] if isinstance(args[k], np.ndarray) else np.from_dlpack(args[k])
+            if not ids.size:
+                continue
+            lo, hi, low, extent = int(ids.min()), int(ids.max()), check["low"], check["extent"]
+            if lo < low or hi >= extent:
+                raise ArgumentError(f"input '{self.inputs[k]['name']}' holds the index {lo if lo < low else hi}, "
+                                    f"out of range for the {check['op']} it feeds (a table of {extent}: valid "
+                                    f"indices are {low}..{extent - 1})")
 
     def _torch(self) -> tuple[Any, list[Any], list[Any] | None]:
         """``(torch, the inputs' torch dtypes, the outputs' or None)``, worked out on the

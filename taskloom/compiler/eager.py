@@ -11,6 +11,7 @@ from taskloom.backend.build import build_library
 from taskloom.errors import OpError
 from taskloom.graph.eager import set_eager_executor
 from taskloom.graph.tensor import Tensor
+from taskloom.ops.base import check_size
 from taskloom.ir import expr as E
 from taskloom.ir.compute import Task
 from taskloom.ir.functor import substitute
@@ -70,7 +71,9 @@ def execute_task(task: Task, inputs: Sequence[Tensor]) -> list[Tensor]:
         dt = o.dtype
         if dt.numpy is None:
             raise OpError(f"{task.name}(): results of type {dt.name} cannot be held by numpy yet")
-        outs.append(np.empty(_concrete(o.shape, binding, task.name), dtype=dt.numpy))
+        shape = _concrete(o.shape, binding, task.name)
+        check_size(task.name, "its result", shape)
+        outs.append(np.empty(shape, dtype=dt.numpy))
     if any(a.size for a in outs):  # (empty outputs alone need no kernel)
         compile_task(task)(*[t.numpy() for t in inputs], *outs)
     return [Tensor(a.shape, o.dtype, a) for a, o in zip(outs, task.outputs)]

@@ -106,6 +106,21 @@ def _placeholders(inputs: Sequence[Tensor], names: Sequence[str]) -> list[Tensor
     return out
 
 
+#: The most elements one tensor may have: kernels index with 32-bit integers.
+MAX_ELEMENTS = 2 ** 31 - 1
+
+
+def check_size(op: str, what: str, shape: Sequence[Any]) -> None:
+    """:class:`OpError` when a tensor of ``shape`` has more elements than a kernel can index."""
+    n = 1
+    for d in shape:
+        n *= int(d)
+    if n > MAX_ELEMENTS:
+        raise OpError(f"{op}(): {what} of shape {tuple(int(d) for d in shape)} has {n:,} elements; taskloom's "
+                      f"kernels index tensors with 32-bit integers, so a tensor may have at most {MAX_ELEMENTS:,} "
+                      "(split the work into smaller tensors)")
+
+
 def apply(op: str, inputs: Sequence[Tensor], names: Sequence[str],
           build: Callable[..., GridCompute | Sequence[GridCompute]],
           attrs: dict[str, Any] | None = None, static_dims: bool = False) -> list[Tensor]:
@@ -115,6 +130,9 @@ def apply(op: str, inputs: Sequence[Tensor], names: Sequence[str],
     on a size itself (a reshape's target, a slice's bounds resolved against a size).
     """
     tracing = not all(t.is_concrete for t in inputs)
+    for t, n in zip(inputs, names):
+        if all(isinstance(d, int) for d in t.shape):
+            check_size(op, f"'{n}'", t.shape)
     # a traced graph is specialized to its shapes; eager kernels serve every shape
     placeholders = ([tensor_input(n, t.dtype, t.shape) for t, n in zip(inputs, names)]
                     if static_dims or tracing else _placeholders(inputs, names))
@@ -122,5 +140,9 @@ def apply(op: str, inputs: Sequence[Tensor], names: Sequence[str],
     outs = [outs] if isinstance(outs, GridCompute) else list(outs)
     task = Task(op, placeholders, outs, attrs or {})
     if tracing:
-        return record(task, inputs)
+        results = record(task, inputs)
+        for k, r in enumerate(results):
+            if all(isinstance(d, int) for d in r.shape):
+                check_size(op, "its result" if len(results) == 1 else f"result {k}", r.shape)
+        return results
     return run_eager(task, inputs)

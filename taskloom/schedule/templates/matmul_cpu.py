@@ -17,25 +17,35 @@ each panel then comes from memory, and the hardware prefetcher stops at every 4 
 
 Edges need no padding copies: rows past M are read as row M-1 and never stored, columns
 past N are packed as zeros and masked off when stored, and K's last block may be short
-(the blocks are evened out first, :func:`k_block`). The
-tiles of C's last, partial row and column of tiles run a micro-kernel of only their real
-rows and vectors, so those rows and zero columns cost no FMAs.
+(the blocks are evened out first, :func:`k_block`). The tiles of C's last, partial row
+and column of tiles run a micro-kernel of only their real rows and vectors, so those rows
+and zero columns cost no FMAs.
 
 A plain A (a matrix, a 1x1 convolution's NHWC input) is read in place instead when a block
 has few column panels and a tile's rows do not crowd L1's sets (:func:`reads_a_in_place`):
 the micro-kernel broadcasts ``A[b, m, k]`` itself, and no A block is copied.
 
+The kernel is written in phases, each a piece of kernel script that a builder returns and
+the loop nest splices in where it runs (:func:`_phase`): :func:`_pack_b`, :func:`_pack_a`,
+then per column panel :func:`_panels`, and per register tile :func:`_tile` with the
+micro-kernel (:func:`_micro_kernel`), the prefetch of B's next chunk (:func:`_prefetch_b`)
+and the store of C or of the partial sums (:func:`_store_tile`). The measurements behind
+the choices made here are in bench/results/2026-11-25-design-measurements.md.
+
 The template reads its operands only through the packing loops (scalar element reads of
-``A[b, m, k]`` and ``B[b, k, n]``, copied a vector at a time, each copy starting at a multiple of the vector
-length: the ``pack_aligned`` attribute), or by element or vector in the micro-kernel when it
-reads one in place, and writes C only through the micro-kernel's final vector stores. That is the whole contract post-scheduling fusion needs
+``A[b, m, k]`` and ``B[b, k, n]``, copied a vector at a time, each copy starting at a
+multiple of the vector length: the ``pack_aligned`` attribute), or by element or vector in
+the micro-kernel when it reads one in place, and writes C only through the micro-kernel's
+final vector stores. That is the whole contract post-scheduling fusion needs
 (:mod:`taskloom.schedule.post_fusion`): it replaces those reads with the group's prologue
 and those stores with its epilogue, so the template knows nothing about fusion. Partial
 sums of an output tile when K spans several blocks live in a per-core buffer, never in C.
 """
 from __future__ import annotations
 
+from collections import namedtuple
 from dataclasses import asdict, dataclass
+from typing import Callable
 
 from taskloom.errors import ScheduleError
 from taskloom.ir import cdiv, f32, vec
@@ -43,7 +53,7 @@ from taskloom.ir.index import round_up
 from taskloom.ir import stmt as S
 from taskloom.ir import expr as E
 from taskloom.ir.mapping import spatial, repeat
-from taskloom.script import kernel
+from taskloom.script import kernel, parse_function
 from taskloom.target.cpu import CpuTarget
 
 
@@ -78,9 +88,8 @@ class MatmulConfig:
 #: fp32 elements in a cache line (64 bytes on every x86 target taskloom builds for)
 LINE_FLOATS = 16
 
-#: Multiply-adds below which a product runs on one core: waking the others costs about half
-#: a microsecond, what one core takes for some 50 000 (8 x 64 x 64 through three linears:
-#: 1.7 us on one core, 3.1 on two; 64 x 64 x 64 is faster on two, measured).
+#: Multiply-adds below which a product runs on one core: waking the other cores costs more
+#: than sharing so few saves.
 SERIAL_FMAS = 1 << 16
 
 
@@ -120,8 +129,7 @@ def blocking(shape: tuple[int, int, int, int], config: MatmulConfig,
 def k_block(K: int, kc: int, lanes: int) -> int:
     """The K block for a config's ``kc``: as many blocks as ``kc`` needs, made as equal as
     whole vectors allow. A short last block costs a full pass over the partial sums and
-    the packing loops' overheads for few FMAs: at 512³, four blocks of 128 ran 2.5-3.3%
-    faster than three of 144 and one of 80 (measured). ``k_block(512, 144, 16) == 128``;
+    the packing loops' overheads for few FMAs. ``k_block(512, 144, 16) == 128``;
     never more blocks, nor a larger one, than ``kc`` itself gives."""
     kc = round_up(kc, lanes)
     if kc >= K:
@@ -147,58 +155,143 @@ def matmul_program(shape: tuple[int, int, int, int], config: MatmulConfig, targe
 
     >>> fn = matmul_program((1, 100, 70, 33), default_config(...), host_target())
     """
+    p = _plan(shape, config, target, prepacked_b, b_vectorizes, prefetch_b, a_stride)
+    fn = _loop_nest(p)
+    return S.Function(name, fn.params, fn.body, fn.kind, _attrs(p))
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What the kernel is built from: ``shape`` blocked by a config for a target (the
+    names of :func:`blocking`; ``L`` lanes a vector, ``NR = NV * L`` columns a panel), and
+    the choices that follow: whether A and B are packed, whether B's chunks are prefetched
+    (``PF_LINES`` lines every ``PF_STEPS`` steps of k, :func:`_prefetch_pace`)."""
+
+    config: MatmulConfig
+    Bt: int
+    M: int
+    N: int
+    K: int
+    L: int
+    PM: int
+    PN: int
+    BAND_M: int
+    BAND_N: int
+    MC: int
+    NC: int
+    KC: int
+    PB: int
+    PACK_A: bool
+    PACK_B: bool
+    PF: bool
+    PF_STEPS: int
+    PF_LINES: int
+
+    MR = property(lambda p: p.config.mr)
+    NV = property(lambda p: p.config.nv)
+    NR = property(lambda p: p.config.nv * p.L)
+    P = property(lambda p: p.PM * p.PN)
+    KB = property(lambda p: cdiv(p.K, p.KC))
+    KCP = property(lambda p: round_up(p.KC, p.L))  # A's packed rows are whole vectors long
+    B_SHAPE = property(lambda p: (p.PB, cdiv(p.N, p.NR), p.K, p.NR) if p.PB else (p.Bt, p.K, p.N))
+
+    @property
+    def CB_SHAPE(self) -> tuple[int, int]:
+        """The per-core buffer of partial sums between K blocks: one contiguous row per
+        register tile, the tiles of a column panel in consecutive rows, so that a call's loads
+        and stores walk consecutive lines, and so do consecutive calls; one element when K is
+        one block."""
+        if self.KB == 1:
+            return (1, 1)
+        return (cdiv(self.BAND_M, self.MR) * (self.NC // self.NR), self.MR * self.NR)
+
+    @property
+    def M_EDGES(self) -> tuple[bool, ...]:
+        return (False, True) if self.M % self.MR else (False,)
+
+    @property
+    def N_EDGES(self) -> tuple[bool, ...]:
+        return (False, True) if 0 < cdiv(self.N % self.NR, self.L) < self.NV else (False,)
+
+    @property
+    def TILES(self) -> list[tuple[int, int, bool, bool]]:
+        """``(rows, vectors, m_edge, n_edge)`` of each kind of register tile: C's last row and
+        column of tiles may be partial, and each gets a micro-kernel only as large as its real
+        rows and vectors (at 512 x 512, 8 x 3 tiles would spend 3% of their FMAs on the zero
+        columns of the last panel)."""
+        m_part, nv_part = self.M % self.MR, cdiv(self.N % self.NR, self.L)
+        return [(m_part if me else self.MR, nv_part if ne else self.NV, me, ne)
+                for me in self.M_EDGES for ne in self.N_EDGES]
+
+
+def _plan(shape: tuple[int, int, int, int], config: MatmulConfig, target: CpuTarget, prepacked_b: int,
+          b_vectorizes: bool, prefetch_b: bool, a_stride: int | None) -> _Plan:
+    """The plan of :func:`matmul_program`'s kernel, or a ScheduleError for what it cannot serve."""
     Bt, M, N, K = (int(x) for x in shape)
     if min(Bt, M, N, K) < 1:
         raise ScheduleError(f"matmul template: sizes must be positive, got (Bt, M, N, K)={shape}")
-    c = config
-    L = target.vector_lanes(f32)
-    MR, NV = c.mr, c.nv
-    NR = NV * L
-    if MR * NV + NV + 1 > target.num_vector_registers:
-        raise ScheduleError(f"matmul template: a {MR}x{NV}-vector tile needs {MR * NV + NV + 1} vector registers; "
-                            f"{target.name} has {target.num_vector_registers}")
-    PM, PN = core_grid((Bt, M, N, K), c, target)
-    P = PM * PN
-    BAND_M, BAND_N, MC, NC, KC = blocking((Bt, M, N, K), c, target)
-    KB = cdiv(K, KC)
-    KCP = round_up(KC, L)  # A's packed rows are whole vectors long
-    # partial sums of the band's tiles between K blocks, one contiguous row per register
-    # tile, the tiles of a column panel in consecutive rows (a call's loads and stores walk
-    # consecutive lines, and so do consecutive calls: 1-3% faster than rows of C's shape,
-    # measured); one row when K is one block
-    CB_ROWS, CB_COLS = (cdiv(BAND_M, MR) * (NC // NR), MR * NR) if KB > 1 else (1, 1)
-    fvec = vec(f32, L)
+    c, L = config, target.vector_lanes(f32)
+    if c.mr * c.nv + c.nv + 1 > target.num_vector_registers:
+        raise ScheduleError(f"matmul template: a {c.mr}x{c.nv}-vector tile needs {c.mr * c.nv + c.nv + 1} vector "
+                            f"registers; {target.name} has {target.num_vector_registers}")
     if prepacked_b not in (0, 1, Bt):
         raise ScheduleError(f"matmul template: prepacked_b={prepacked_b} must be 0 (B packed by the kernel), "
                             f"1 (one B for every batch) or the batch {Bt}")
-    PB = prepacked_b
-    B_SHAPE = (PB, cdiv(N, NR), K, NR) if PB else (Bt, K, N)
-    PACK_B = not PB and not reads_b_in_place((Bt, M, N, K), c, target, b_vectorizes)
-    PACK_A = not reads_a_in_place((Bt, M, N, K), c, target, K if a_stride is None else a_stride)
-    SLIVERS = cdiv(min(MC, BAND_M), MR)  # micro-kernel calls on one B panel, in a full MC block
-    # a band one tile high reads each panel once, in order, which the hardware prefetcher
-    # follows (1 x 768 x 768: 10% slower with the hints when B is in L2, 2% faster from memory)
-    PF = bool(PB) and prefetch_b and SLIVERS > 1
-    # spread the next panel's lines over the micro-kernel calls of this one: one line every
-    # PF_STEPS steps of k, PF_LINES at a time, so that the slivers of a full MC block ask for
-    # all of it (half a line a step over 2 x NV calls measured best: asked for in one call,
-    # the requests queue behind each other)
-    PF_TOTAL = cdiv(KC * NR, LINE_FLOATS)
-    PF_STEPS, PF_LINES = next((st, ln) for st, ln in ((2, 1), (1, 1), (1, 2), (1, 4), (1, 8), (1, 16))
-                              if cdiv(PF_TOTAL * st, KC * ln) <= SLIVERS or ln == 16)
-    # C's last row of tiles and last column of tiles may be partial; each gets a micro-kernel
-    # only as large as its real rows and vectors (at 512 x 512, 8 x 3 tiles would spend 3% of
-    # their FMAs on the zero columns of the last panel)
-    M_PART, NV_PART = M % MR, cdiv(N % NR, L)
-    M_EDGES = (False, True) if M_PART else (False,)
-    N_EDGES = (False, True) if 0 < NV_PART < NV else (False,)
-    TILES = [(M_PART if me else MR, NV_PART if ne else NV, me, ne) for me in M_EDGES for ne in N_EDGES]
+    shape = (Bt, M, N, K)
+    BAND_M, BAND_N, MC, NC, KC = blocking(shape, c, target)
+    slivers = cdiv(min(MC, BAND_M), c.mr)  # micro-kernel calls on one B panel, in a full MC block
+    # a band one tile high reads each panel once, in order, which the hardware prefetcher follows
+    PF = bool(prepacked_b) and prefetch_b and slivers > 1
+    PF_STEPS, PF_LINES = _prefetch_pace(KC, c.nv * L, slivers)
+    return _Plan(c, Bt, M, N, K, L, *core_grid(shape, c, target), BAND_M, BAND_N, MC, NC, KC, prepacked_b,
+                 PACK_A=not reads_a_in_place(shape, c, target, K if a_stride is None else a_stride),
+                 PACK_B=not prepacked_b and not reads_b_in_place(shape, c, target, b_vectorizes),
+                 PF=PF, PF_STEPS=PF_STEPS, PF_LINES=PF_LINES)
 
-    def tile_case(at_m_edge: E.Expr, at_n_edge: E.Expr, m_edge: bool, n_edge: bool) -> E.Expr | bool:
-        """Whether the tile at hand is the ``TILES`` entry for ``(m_edge, n_edge)``."""
-        conds = [at if edge else E.logical_not(at)
-                 for at, edge, edges in ((at_m_edge, m_edge, M_EDGES), (at_n_edge, n_edge, N_EDGES)) if len(edges) > 1]
-        return E.logical_and(*conds) if conds else True
+
+def _prefetch_pace(KC: int, NR: int, slivers: int) -> tuple[int, int]:
+    """``(steps, lines)``: the micro-kernel asks for ``lines`` lines of the next chunk of B
+    (KC x NR) every ``steps`` steps of k, the slowest pace at which the slivers of a full MC
+    block ask for all of it; spread out, since requests made at once queue behind each other."""
+    total = cdiv(KC * NR, LINE_FLOATS)
+    return next((st, ln) for st, ln in ((2, 1), (1, 1), (1, 2), (1, 4), (1, 8), (1, 16))
+                if cdiv(total * st, KC * ln) <= slivers or ln == 16)
+
+
+def _attrs(p: _Plan) -> tuple[tuple[str, object], ...]:
+    """The kernel's attributes: its template, config (as the plan runs it), shape and choices."""
+    c = p.config
+    on = f" (on {p.P} core{'s' if p.P > 1 else ''})" if p.P != c.pm * c.pn else ""
+    blocks = f", K in {p.KB} blocks of {p.KC}" if p.KB > 1 and p.KC != round_up(c.kc, p.L) else ""
+    return (("template", "matmul_cpu"), ("config", str(c) + on + blocks), ("shape", (p.Bt, p.M, p.N, p.K)),
+            ("pack_aligned", True), ("prepacked_b", p.PB), ("packs_a", p.PACK_A), ("packs_b", p.PACK_B),
+            ("prefetch_b", p.PF))
+
+
+def _phase(script: Callable[[], None]) -> S.Stmt:
+    """Decorator: a parameterless kernel-script function becomes the statements it stands for,
+    which a kernel splices in by calling the builder that returns them. Its names are the
+    builder's: the enclosing kernel's IR variables and the plan's constants. A docstring
+    becomes the comment at the head of the phase in the generated C."""
+    fn = parse_function(script)
+    doc = fn.attr("doc")
+    return S.seq([S.Comment(doc), fn.body]) if doc else fn.body
+
+
+class _Block(namedtuple("_Block", "A B C Ap Bp Cb b m_lo m0 mm m_hi n0 nn n_hi kb k0 kn")):
+    """The kernel's tensors and where a core's loops stand, as IR values: batch ``b``; rows
+    ``m0`` to ``m0 + mm`` of the band from ``m_lo`` to ``m_hi``; columns ``n0`` to
+    ``n0 + nn`` of the band ending at ``n_hi``; K block ``kb``, ``kn`` steps from ``k0``.
+    ``Ap`` and ``Bp`` (the packed blocks) are None for an operand read in place."""
+
+    __slots__ = ()
+
+
+def _loop_nest(p: _Plan) -> S.Function:
+    """The kernel: each core's walk over its bands, batches and blocks, the phases spliced in."""
+    Bt, M, N, K, B_SHAPE, P, PM, PN = p.Bt, p.M, p.N, p.K, p.B_SHAPE, p.P, p.PM, p.PN
+    BAND_M, BAND_N, MC, NC, KC, KB, NR, KCP = p.BAND_M, p.BAND_N, p.MC, p.NC, p.KC, p.KB, p.NR, p.KCP
+    PACK_A, PACK_B, CB_SHAPE = p.PACK_A, p.PACK_B, p.CB_SHAPE
 
     @kernel
     def matmul(A: f32[Bt, M, K], B: f32[B_SHAPE], C: f32[Bt, M, N]):
@@ -207,7 +300,7 @@ def matmul_program(shape: tuple[int, int, int, int], config: MatmulConfig, targe
                 Ap = local_tensor(f32, [MC, KCP])
             if PACK_B:
                 Bp = local_tensor(f32, [NC // NR, KC, NR])
-            Cb = local_tensor(f32, [CB_ROWS, CB_COLS])
+            Cb = local_tensor(f32, CB_SHAPE)
             for tm, tn in spatial(PM, PN).on(w):
                 m_lo = tm * BAND_M
                 m_hi = min(M, m_lo + BAND_M)
@@ -221,99 +314,186 @@ def matmul_program(shape: tuple[int, int, int, int], config: MatmulConfig, targe
                             k0 = kb * KC
                             kn = min(KC, K - k0)
                             if PACK_B:
-                                "pack B's KC x NC block into NR-wide panels; columns past N are zeros"
-                                for jr in range(cdiv(nn, NR)):
-                                    for k in range(kn):
-                                        for v in unroll(NV):
-                                            n = n0 + jr * NR + v * L
-                                            vstore(Bp[jr, k, v * L], vload(B[b, k0 + k, n], L, max(min(n_hi - n, L), 0)))
+                                _pack_b(p, B, Bp, b, n0, nn, n_hi, k0, kn)
                             for mb in range(cdiv(m_hi - m_lo, MC)):
                                 m0 = m_lo + mb * MC
                                 mm = min(MC, m_hi - m0)
                                 if PACK_A:
-                                    "pack A's MC x KC block by vectors along K; rows past M repeat row M-1 (never stored)"
-                                    for i in range(cdiv(mm, MR) * MR):
-                                        for kv in range(kn // L):
-                                            vstore(Ap[i, kv * L], vload(A[b, min(m0 + i, M - 1), k0 + kv * L], L))
-                                        if kn % L != 0:
-                                            kt = kn - kn % L
-                                            vstore(Ap[i, kt], vload(A[b, min(m0 + i, M - 1), k0 + kt], L, kn % L))
-                                for jr in range(cdiv(nn, NR)):
-                                    if PF:
-                                        "the B chunk read after this one: the next panel, or the first of the next K block or N block"
-                                        pf_last = jr + 1 == cdiv(nn, NR)
-                                        pf_next_n = kb + 1 == KB and n0 + NC < n_hi
-                                        pf_panel = n0 // NR + jr + 1 if not pf_last else (n0 + NC) // NR if pf_next_n else n0 // NR
-                                        pf_row = k0 if not pf_last else 0 if pf_next_n else k0 + KC
-                                        pf_rows = kn if not pf_last else min(KC, K) if pf_next_n else \
-                                            (min(KC, K - k0 - KC) if kb + 1 < KB else 0)
-                                        pf_lines = cdiv(pf_rows * NR, LINE_FLOATS)
-                                    for ir in range(cdiv(mm, MR)):
-                                        tile = jr * cdiv(BAND_M, MR) + (m0 - m_lo) // MR + ir  # its row of Cb
-                                        for tmr, tnv, m_edge, n_edge in TILES:
-                                            if tile_case(m0 + ir * MR + MR > M, n0 + jr * NR + NR > N, m_edge, n_edge):
-                                                if m_edge or n_edge:
-                                                    "a tile at C's last rows or columns: only its real rows and vectors"
-                                                # the accumulators start at zero and the partial sums are added after
-                                                # the k loop: loaded first, they would hold up the first FMAs while
-                                                # they come from L2 or L3 (a band's buffer is often larger than L2)
-                                                acc = register_tensor(fvec, [tmr, tnv])
-                                                for i, v in repeat(tmr, tnv).on(0):
-                                                    acc[i, v] = broadcast(0.0, L)
-                                                "the micro-kernel: MR x NV vector FMAs per k"
-                                                for k in range(kn):
-                                                    bv = register_tensor(fvec, [tnv])
-                                                    for v in unroll(tnv):
-                                                        if PB:  # B's weight panel, packed once at compile time
-                                                            bv[v] = vload(B[min(b, PB - 1), n0 // NR + jr, k0 + k, v * L], L)
-                                                        elif not PACK_B:  # one row of tiles: B read once, where it lies
-                                                            n = n0 + jr * NR + v * L
-                                                            bv[v] = vload(B[b, k0 + k, n], L, max(min(n_hi - n, L), 0))
-                                                        else:
-                                                            bv[v] = vload(Bp[jr, k, v * L], L)
-                                                    if PF:
-                                                        if k % PF_STEPS == 0:
-                                                            for j in unroll(PF_LINES):
-                                                                line = (ir * KC + k) // PF_STEPS * PF_LINES + j
-                                                                if line < pf_lines:
-                                                                    e = line * LINE_FLOATS
-                                                                    prefetch(B[min(b, PB - 1), pf_panel, pf_row + e // NR, e % NR])
-                                                    "one broadcast of A lives at a time: MR x NV + NV + 1 registers"
-                                                    for i in unroll(tmr):
-                                                        if PACK_A:
-                                                            a = broadcast(Ap[ir * MR + i, k], L)
-                                                        else:  # a tile's rows of A, read where they lie
-                                                            a = broadcast(A[b, m0 + ir * MR + i, k0 + k], L)
-                                                        for v in unroll(tnv):
-                                                            acc[i, v] = fma(a, bv[v], acc[i, v])
-                                                if PF and K % KC != 0:
-                                                    "K's short last block has fewer steps than the next chunk's lines: ask for the rest"
-                                                    for t in range(KC - kn):
-                                                        if (kn + t) % PF_STEPS == 0:
-                                                            for j in unroll(PF_LINES):
-                                                                line = (ir * KC + kn + t) // PF_STEPS * PF_LINES + j
-                                                                if line < pf_lines:
-                                                                    e = line * LINE_FLOATS
-                                                                    prefetch(B[min(b, PB - 1), pf_panel, pf_row + e // NR, e % NR])
-                                                for i, v in repeat(tmr, tnv).on(0):
-                                                    if kb > 0:
-                                                        acc[i, v] = acc[i, v] + vload(Cb[tile, i * NR + v * L], L)
-                                                    m = m0 + ir * MR + i
-                                                    if kb == KB - 1:
-                                                        if m < m_hi:
-                                                            n = n0 + jr * NR + v * L
-                                                            vstore(C[b, m, n], acc[i, v], max(min(n_hi - n, L), 0))
-                                                    else:
-                                                        vstore(Cb[tile, i * NR + v * L], acc[i, v])
+                                    _pack_a(p, A, Ap, b, m0, mm, k0, kn)
+                                _panels(p, _Block(A, B, C, Ap if PACK_A else None, Bp if PACK_B else None, Cb,
+                                                  b, m_lo, m0, mm, m_hi, n0, nn, n_hi, kb, k0, kn))
+    return matmul
 
-    fn = matmul
-    return S.Function(name, fn.params, fn.body, fn.kind,
-                      (("template", "matmul_cpu"),
-                       ("config", str(c) + (f" (on {P} core{'s' if P > 1 else ''})" if P != c.pm * c.pn else "")
-                        + (f", K in {KB} blocks of {KC}" if KB > 1 and KC != round_up(c.kc, L) else "")),
-                       ("shape", (Bt, M, N, K)),
-                       ("pack_aligned", True), ("prepacked_b", PB), ("packs_a", PACK_A), ("packs_b", PACK_B),
-                       ("prefetch_b", PF)))
+
+def _pack_b(p: _Plan, B: E.Var, Bp: E.Var, b: E.Expr, n0: E.Expr, nn: E.Expr, n_hi: E.Expr,
+            k0: E.Expr, kn: E.Expr) -> S.Stmt:
+    """Copies B's KC x NC block at ``(k0, n0)`` into ``Bp``'s NR-wide panels, a vector at a time."""
+    L, NR, NV = p.L, p.NR, p.NV
+
+    @_phase
+    def pack_b():
+        "pack B's KC x NC block into NR-wide panels; columns past N are zeros"
+        for jr in range(cdiv(nn, NR)):
+            for k in range(kn):
+                for v in unroll(NV):
+                    n = n0 + jr * NR + v * L
+                    vstore(Bp[jr, k, v * L], vload(B[b, k0 + k, n], L, max(min(n_hi - n, L), 0)))
+    return pack_b
+
+
+def _pack_a(p: _Plan, A: E.Var, Ap: E.Var, b: E.Expr, m0: E.Expr, mm: E.Expr, k0: E.Expr,
+            kn: E.Expr) -> S.Stmt:
+    """Copies A's MC x KC block at ``(m0, k0)`` into ``Ap``, whole register tiles of rows."""
+    L, M, MR = p.L, p.M, p.MR
+
+    @_phase
+    def pack_a():
+        "pack A's MC x KC block by vectors along K; rows past M repeat row M-1 (never stored)"
+        for i in range(cdiv(mm, MR) * MR):
+            for kv in range(kn // L):
+                vstore(Ap[i, kv * L], vload(A[b, min(m0 + i, M - 1), k0 + kv * L], L))
+            if kn % L != 0:
+                kt = kn - kn % L
+                vstore(Ap[i, kt], vload(A[b, min(m0 + i, M - 1), k0 + kt], L, kn % L))
+    return pack_a
+
+
+def _panels(p: _Plan, at: _Block) -> S.Stmt:
+    """The block's column panels of B, and on each its register tiles of C: each runs the
+    :func:`_tile` of its kind, and with ``PF`` asks for the chunk of B read after this one."""
+    M, N, K, KC, KB, MR, NR, BAND_M, NC, TILES, PF = (p.M, p.N, p.K, p.KC, p.KB, p.MR, p.NR, p.BAND_M,
+                                                      p.NC, p.TILES, p.PF)
+    m_lo, m0, mm, n0, nn, n_hi, kb, k0, kn = at.m_lo, at.m0, at.mm, at.n0, at.nn, at.n_hi, at.kb, at.k0, at.kn
+
+    @_phase
+    def panels():
+        for jr in range(cdiv(nn, NR)):
+            if PF:
+                "the B chunk read after this one: the next panel, or the first of the next K block or N block"
+                pf_last = jr + 1 == cdiv(nn, NR)
+                pf_next_n = kb + 1 == KB and n0 + NC < n_hi
+                pf_panel = n0 // NR + jr + 1 if not pf_last else (n0 + NC) // NR if pf_next_n else n0 // NR
+                pf_row = k0 if not pf_last else 0 if pf_next_n else k0 + KC
+                pf_rows = kn if not pf_last else min(KC, K) if pf_next_n else \
+                    (min(KC, K - k0 - KC) if kb + 1 < KB else 0)
+                pf_lines = cdiv(pf_rows * NR, LINE_FLOATS)
+            for ir in range(cdiv(mm, MR)):
+                tile = jr * cdiv(BAND_M, MR) + (m0 - m_lo) // MR + ir  # its row of Cb
+                for tmr, tnv, m_edge, n_edge in TILES:
+                    if _tile_case(p, m0 + ir * MR + MR > M, n0 + jr * NR + NR > N, m_edge, n_edge):
+                        _tile(p, at, jr, ir, tile, (pf_panel, pf_row, pf_lines) if PF else None,
+                              tmr, tnv, m_edge or n_edge)
+    return panels
+
+
+def _tile_case(p: _Plan, at_m_edge: E.Expr, at_n_edge: E.Expr, m_edge: bool, n_edge: bool) -> E.Expr | bool:
+    """Whether the tile at hand is the ``TILES`` entry for ``(m_edge, n_edge)``."""
+    conds = [here if edge else E.logical_not(here)
+             for here, edge, edges in ((at_m_edge, m_edge, p.M_EDGES), (at_n_edge, n_edge, p.N_EDGES))
+             if len(edges) > 1]
+    return E.logical_and(*conds) if conds else True
+
+
+def _tile(p: _Plan, at: _Block, jr: E.Expr, ir: E.Expr, tile: E.Expr, pf: tuple | None,
+          tmr: int, tnv: int, edge: bool) -> S.Stmt:
+    """Register tile ``ir`` on panel ``jr``, ``tmr`` rows by ``tnv`` vectors: accumulators from
+    zero, the micro-kernel over the K block, the rest of B's next chunk after a short last
+    block, and the store into C or into row ``tile`` of the partial sums."""
+    L, K, KC, PF, kn = p.L, p.K, p.KC, p.PF, at.kn
+    fvec = vec(f32, L)
+
+    @_phase
+    def register_tile():
+        if edge:
+            "a tile at C's last rows or columns: only its real rows and vectors"
+        # the accumulators start at zero and the partial sums are added after the k loop:
+        # loaded first, they would hold up the first FMAs while they come from L2 or L3 (a
+        # band's buffer is often larger than L2)
+        acc = register_tensor(fvec, [tmr, tnv])
+        for i, v in repeat(tmr, tnv).on(0):
+            acc[i, v] = broadcast(0.0, L)
+        _micro_kernel(p, at, jr, ir, pf, acc, tmr, tnv)
+        if PF and K % KC != 0:
+            "K's short last block has fewer steps than the next chunk's lines: ask for the rest"
+            for t in range(KC - kn):
+                _prefetch_b(p, at, ir, kn + t, pf)
+        _store_tile(p, at, jr, ir, tile, acc, tmr, tnv)
+    return register_tile
+
+
+def _micro_kernel(p: _Plan, at: _Block, jr: E.Expr, ir: E.Expr, pf: tuple | None, acc: E.Var,
+                  tmr: int, tnv: int) -> S.Stmt:
+    """The tile's rank-1 updates over the K block: per k, ``tnv`` vectors of B's panel (a
+    prepacked weight's, the packed block's, or B where it lies), ``tmr`` broadcasts of A
+    (packed or in place) and ``tmr x tnv`` FMAs into ``acc``; with ``PF``, prefetches."""
+    L, MR, NR, PB, PF, PACK_A, PACK_B = p.L, p.MR, p.NR, p.PB, p.PF, p.PACK_A, p.PACK_B
+    A, B, Ap, Bp, b, m0, n0, n_hi, k0, kn = at.A, at.B, at.Ap, at.Bp, at.b, at.m0, at.n0, at.n_hi, at.k0, at.kn
+    fvec = vec(f32, L)
+
+    @_phase
+    def micro_kernel():
+        "the micro-kernel: MR x NV vector FMAs per k"
+        for k in range(kn):
+            bv = register_tensor(fvec, [tnv])
+            for v in unroll(tnv):
+                if PB:  # B's weight panel, packed once at compile time
+                    bv[v] = vload(B[min(b, PB - 1), n0 // NR + jr, k0 + k, v * L], L)
+                elif not PACK_B:  # one row of tiles: B read once, where it lies
+                    n = n0 + jr * NR + v * L
+                    bv[v] = vload(B[b, k0 + k, n], L, max(min(n_hi - n, L), 0))
+                else:
+                    bv[v] = vload(Bp[jr, k, v * L], L)
+            if PF:
+                _prefetch_b(p, at, ir, k, pf)
+            "one broadcast of A lives at a time: MR x NV + NV + 1 registers"
+            for i in unroll(tmr):
+                if PACK_A:
+                    a = broadcast(Ap[ir * MR + i, k], L)
+                else:  # a tile's rows of A, read where they lie
+                    a = broadcast(A[b, m0 + ir * MR + i, k0 + k], L)
+                for v in unroll(tnv):
+                    acc[i, v] = fma(a, bv[v], acc[i, v])
+    return micro_kernel
+
+
+def _prefetch_b(p: _Plan, at: _Block, ir: E.Expr, step: E.Expr, pf: tuple) -> S.Stmt:
+    """The prefetches of tile ``ir`` at ``step`` of its k loop: ``PF_LINES`` lines of the next
+    chunk ``pf = (panel, first row, lines)`` every ``PF_STEPS`` steps, so that the slivers
+    on one panel share the chunk out."""
+    KC, NR, PB, PF_STEPS, PF_LINES, B, b = p.KC, p.NR, p.PB, p.PF_STEPS, p.PF_LINES, at.B, at.b
+    pf_panel, pf_row, pf_lines = pf
+
+    @_phase
+    def prefetch_b():
+        if step % PF_STEPS == 0:
+            for j in unroll(PF_LINES):
+                line = (ir * KC + step) // PF_STEPS * PF_LINES + j
+                if line < pf_lines:
+                    e = line * LINE_FLOATS
+                    prefetch(B[min(b, PB - 1), pf_panel, pf_row + e // NR, e % NR])
+    return prefetch_b
+
+
+def _store_tile(p: _Plan, at: _Block, jr: E.Expr, ir: E.Expr, tile: E.Expr, acc: E.Var,
+                tmr: int, tnv: int) -> S.Stmt:
+    """``acc`` plus the partial sums of earlier K blocks: after the last block into C (rows
+    past M dropped, columns past N masked off), before it into row ``tile`` of ``Cb``."""
+    L, MR, NR, KB = p.L, p.MR, p.NR, p.KB
+    C, Cb, b, m0, m_hi, n0, n_hi, kb = at.C, at.Cb, at.b, at.m0, at.m_hi, at.n0, at.n_hi, at.kb
+
+    @_phase
+    def store_tile():
+        for i, v in repeat(tmr, tnv).on(0):
+            if kb > 0:
+                acc[i, v] = acc[i, v] + vload(Cb[tile, i * NR + v * L], L)
+            m = m0 + ir * MR + i
+            if kb == KB - 1:
+                if m < m_hi:
+                    n = n0 + jr * NR + v * L
+                    vstore(C[b, m, n], acc[i, v], max(min(n_hi - n, L), 0))
+            else:
+                vstore(Cb[tile, i * NR + v * L], acc[i, v])
+    return store_tile
 
 
 def reads_b_in_place(shape: tuple[int, int, int, int], config: MatmulConfig, target: CpuTarget,
@@ -321,10 +501,9 @@ def reads_b_in_place(shape: tuple[int, int, int, int], config: MatmulConfig, tar
     """Whether the micro-kernel reads B where it lies instead of from packed panels: when a
     core's band is one row of register tiles (M at most MR: a vector times a matrix, a
     decode step, a small batch) and B copies by vectors, each element of B feeds one
-    micro-kernel call, and packing would copy it once only to read it again (4 x 768 x 768
-    and 8 x 768 x 768: 1.5-1.6x faster in place, measured). A B that fusion gathers or
-    builds lane by lane (a convolution's window) is packed: its costly reads stay out of
-    the FMA loop."""
+    micro-kernel call, and packing would copy it once only to read it again. A B that
+    fusion gathers or builds lane by lane (a convolution's window) is packed: its costly
+    reads stay out of the FMA loop."""
     BAND_M = blocking(shape, config, target)[0]
     return b_vectorizes and cdiv(BAND_M, config.mr) == 1
 
@@ -338,17 +517,14 @@ def reads_a_in_place(shape: tuple[int, int, int, int], config: MatmulConfig, tar
                      a_stride: int) -> bool:
     """Whether the micro-kernel broadcasts A's elements where they lie instead of from a
     packed MC x KC block. Packing copies every element of A once per K block, from L3 when A
-    is large, before any FMA runs; reading in place skips that copy (3136 x 64 x 256: 25%
-    faster, 3136 x 64 x 64: 15%, 3136 x 256 x 64: 5%, measured). It takes an A that fusion
+    is large, before any FMA runs; reading in place skips that copy. It takes an A that fusion
     reads by plain copies, its rows ``a_stride`` elements apart (0: A is gathered or
     computed, and is packed), and two conditions, since every column panel of a block reads
     a tile's rows again, from L2, where a packed block is one contiguous stream:
 
-    - at most four panels in a block (ResNet-50's 196 x 1024 x 256, eight panels a core:
-      20-29% slower in place, measured);
+    - at most four panels in a block (with more, those rereads outweigh the copy saved);
     - at most two of a tile's rows on the same L1 sets: rows of 512 or 1024 floats, or nine
-      rows of 768, evict each other and the B panel (Inception-V3's 289 x 192 x 768 in 9-row
-      tiles, two panels: 16% slower in place, measured).
+      rows of 768, evict each other and the B panel.
     """
     if a_stride <= 0:
         return False
@@ -381,10 +557,10 @@ def default_config(shape: tuple[int, int, int, int], target: CpuTarget) -> Matmu
 
     The register tile does the most FMAs per load of A and B (MR x NV / (MR + NV)) that the
     register file allows: 6 x 4 vectors with 32 registers, 4 x 3 with 16. KC is what a
-    two-vector-wide panel of B fitting L1 allows (384 with 48 KiB of L1 and AVX-512: the
-    longer K run beats a panel resident in L1, measured); an MC x KC block of A takes about
-    half of L2; cores split
-    the larger of M and N (so small-M shapes such as 128 x 3072 split their columns).
+    two-vector-wide panel of B filling L1 allows (384 with 48 KiB of L1 and AVX-512: a
+    longer K run is worth more than room in L1 beside the panel); an MC x KC block of A
+    takes about half of L2; cores split the larger of M and N (so small-M shapes such as
+    128 x 3072 split their columns).
     """
     Bt, M, N, K = shape
     L = target.vector_lanes(f32)
@@ -401,10 +577,9 @@ def default_config(shape: tuple[int, int, int, int], target: CpuTarget) -> Matmu
     return MatmulConfig(mr, nv, kc, mc, nc, pm, pn)
 
 
-#: The N block of every config in the space: a block of 4096 columns never beat 1024 by
-#: more than 0.4% on the 31 tasks recorded in bench/results/2026-11-22-tune-model-clean and
-#: lost by up to 22% (B's KC x NC block outgrows L2), so the space spends its points on
-#: tiles and blocks instead.
+#: The N block of every config in the space: wider blocks gain next to nothing and lose
+#: much once B's KC x NC block outgrows L2, so the space spends its points on tiles and
+#: blocks instead.
 NC_COLUMNS = 1024
 
 #: The cost of packing one element, in FMA lanes: about a cycle for a gathered element (a
@@ -415,7 +590,7 @@ PACK_COST = 16
 def _split_cores(P: int, M: int, N: int, mr: int, nr: int) -> tuple[int, int]:
     """The ``pm x pn`` core grid (``pm * pn == P``) with the least work per core: FMAs on
     its share of whole register tiles plus the packing of its rows of A and columns of B.
-    Within 1% of the least, rows are split (measured faster on square products)."""
+    Within 1% of the least, rows are split (the better split of square products)."""
     costs = {}
     for pm in (d for d in range(1, P + 1) if P % d == 0):
         pn = P // pm
@@ -435,8 +610,7 @@ def matmul_space(target: CpuTarget) -> list[MatmulConfig]:
       accumulators fill at least half the register file (enough independent FMAs to hide
       their latency) and leave NV + 1 registers for the panel of B and a broadcast of A;
     - KC so that a two-vector-wide KC panel of B takes 1/4, 1/2, 3/4 or all of L1 (at most
-      512), or the tile's own panel half or 3/4 of it (at 512³, 6 x 4 tiles ran 5% faster
-      with KC 128-144 than with 96 or 192, measured);
+      512), or the tile's own panel half or 3/4 of it (for a wide tile, KCs between the two-vector panel's);
     - MC so that an MC x KC block of A takes 1/4 or 1/2 of L2;
     - NC of NC_COLUMNS;
     - every split of the cores into a PM x PN grid.
@@ -462,7 +636,7 @@ def _tiles(regs: int) -> list[tuple[int, int]]:
     independent FMAs to hide their latency) and leave NV + 1 registers for the panel of B
     and a broadcast of A. Each width comes in the three tallest heights: rows past M are
     computed and thrown away, so the model picks the height that wastes least (M = 128 in
-    8-row tiles rather than 9: 5-8% faster on BERT's products, measured)."""
+    8-row tiles rather than 9)."""
     out = []
     for nv in (2, 3, 4):
         top = (regs - nv - 1) // nv

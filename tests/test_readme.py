@@ -44,3 +44,13 @@ def test_readme_graph_example_runs(tmp_path, monkeypatch):
 
 def test_readme_torch_example_runs(tmp_path):
     _run(_blocks()[3], tmp_path / "torch_example.py")  # it asserts its own result
+
+
+def test_readme_gpu_example_runs_in_the_emulator(tmp_path, capsys):
+    import shutil
+    if shutil.which("nvcc") is None:
+        import pytest
+        pytest.skip("nvcc is not installed")
+    ns = _run(_blocks()[5], tmp_path / "gpu_example.py")
+    np.testing.assert_array_equal(ns["y"], np.arange(1000, dtype=np.float32) * 2)
+    assert 'extern "C" __global__ void __launch_bounds__(256) scale(' in capsys.readouterr().out

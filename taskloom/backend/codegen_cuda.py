@@ -130,11 +130,12 @@ class _CudaKernelCodegen(_FunctionCodegen):
         self.emit(1, f"const dim3 block({', '.join(self.expr(b) for b in block)});")
         self.emit(1, f"const size_t shared_bytes = (size_t)({self.expr(dynamic)});")
         self.emit(1, "if (shared_bytes > 48 * 1024) {  // above 48 KiB a kernel must opt in")
-        self.emit(2, f"cudaFuncSetAttribute({symbol}, cudaFuncAttributeMaxDynamicSharedMemorySize, "
+        self.emit(2, f"cudaFuncSetAttribute(::{symbol}, cudaFuncAttributeMaxDynamicSharedMemorySize, "
                      "(int)shared_bytes);")
         self.emit(1, "}")
         self.emit(1, "if (grid.x == 0 || grid.y == 0 || grid.z == 0) return 0;  // nothing to do")
-        self.emit(1, f"{symbol}<<<grid, block, shared_bytes, (cudaStream_t)stream>>>({args});")
+        # ::kernel, the global one: a parameter may have the kernel's name (an output named after its op)
+        self.emit(1, f"::{symbol}<<<grid, block, shared_bytes, (cudaStream_t)stream>>>({args});")
         self.emit(1, "return (int)cudaGetLastError();")
         self.emit(0, "}")
 

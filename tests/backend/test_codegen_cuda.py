@@ -38,7 +38,7 @@ def test_the_reduction_reads_as_cuda():
                  'extern "C" int launch_block_sum(int32_t N, const float* __restrict__ x, '
                  'float* __restrict__ total, void* stream) {',
                  "const dim3 grid((N + 255) / 256, 1, 1);",
-                 "block_sum<<<grid, block, shared_bytes, (cudaStream_t)stream>>>(N, x, total);"]:
+                 "::block_sum<<<grid, block, shared_bytes, (cudaStream_t)stream>>>(N, x, total);"]:
         assert line in text, line
 
 

@@ -3,8 +3,9 @@ races, each an :class:`EmulatorError` naming the kernel, the buffer, the index, 
 and the block.
 
 A shared-memory race is two different threads touching one element between two barriers,
-at least one of them writing. Per shared buffer and block the checker keeps, since the last
-barrier, the thread that wrote each element and the thread that read it (or "several").
+at least one of them writing (within a warp too: since Volta its lanes need not run in
+lockstep). Per shared buffer the checker keeps, since the last barrier, the thread that
+wrote each element and the lowest and highest threads that read it.
 """
 from __future__ import annotations
 
@@ -94,10 +95,13 @@ def check_converged(st: "Machine", mask: "Mask", what: str) -> None:
     if split.any():
         w = int(np.argmax(split))
         here, away = 32 * w + int(np.argmax(act[w])), 32 * w + int(np.argmax(~act[w]))
-        gone = "is inactive" if st.live[away] else "does not exist (the block is not a whole number of warps)"
-        thread, _ = coords(st, away)
-        raise _fail(DivergenceError, st, here, f"{what} by {st.thread(here)} while lane {away % 32} of its warp, "
-                    f"thread ({thread[0]}, {thread[1]}, {thread[2]}), {gone}; all 32 lanes must take part")
+        if st.live[away]:
+            t, _ = coords(st, away)
+            gone = f", thread ({t[0]}, {t[1]}, {t[2]}), is inactive"
+        else:
+            gone = " does not exist (the block is not a whole number of warps)"
+        raise _fail(DivergenceError, st, here, f"{what} by {st.thread(here)} while lane {away % 32} of its warp"
+                    f"{gone}; all 32 lanes must take part")
 
 
 class RaceTracker:

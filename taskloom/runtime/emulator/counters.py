@@ -1,7 +1,9 @@
 """What a profiler counts, counted exactly: warp-level instructions by class, global-memory
 sectors per request, shared-memory wavefronts and bank conflicts, barriers.
 
-- A *request* is one warp instruction with at least one active lane.
+- An instruction is one of the IR's operations, counted once per warp that runs it with at
+  least one active lane (``a * b + c`` is two arithmetic instructions, whatever the SASS
+  nvcc makes of it fuses or splits). A *request* is such a memory instruction.
 - Global memory moves 32-byte sectors: a request costs the distinct sectors its active
   lanes touch (32 lanes reading consecutive floats: 4; a stride of 32 floats: 32).
 - Shared memory has 32 banks of 4-byte words. A request is served in *wavefronts*: as many

@@ -123,11 +123,6 @@ class Machine:
     def thread(self, lane: int) -> str:
         """``thread (x, y, z) of block (x, y, z)``: where lane ``lane`` runs."""
         ix = self.index
-        t = tuple(int(ix[f"thread_idx_{a}"][lane]) for a in "xyz")
-        b = tuple(int(ix[f"block_idx_{a}"][lane]) for a in "xyz")
-        return f"thread ({t[0]}, {t[1]}, {t[2]}) of block ({b[0]}, {b[1]}, {b[2]})"
-
-    def block_name(self, lane: int) -> str:
-        ix = self.index
-        b = tuple(int(ix[f"block_idx_{a}"][lane]) for a in "xyz")
-        return f"block ({b[0]}, {b[1]}, {b[2]})"
+        t = ", ".join(str(int(ix[f"thread_idx_{a}"][lane])) for a in "xyz")
+        b = ", ".join(str(int(ix[f"block_idx_{a}"][lane])) for a in "xyz")
+        return f"thread ({t}) of block ({b})"

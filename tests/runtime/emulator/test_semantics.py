@@ -191,3 +191,12 @@ def test_vector_loads_and_stores_with_a_lane_count():
     np.testing.assert_array_equal(y, 2 * x)
     np.testing.assert_array_equal(s, np.pad(x, (0, 27)).reshape(32, 4).sum(axis=1))
     assert report.global_load_sectors == 13  # 404 bytes of x from byte 0: 13 sectors
+
+
+def test_a_warp_sum_in_a_partial_warp_is_an_error():
+    src = SHUFFLE.replace("block=(64, 1, 1)", "block=(48, 1, 1)").replace("blockIdx.x * 64", "blockIdx.x * 48")
+    args = [np.zeros(128, np.float32), np.zeros(128, np.int32), np.zeros((4, 128), np.float32),
+            np.zeros((2, 128), np.float32), np.zeros(128, np.int32)]
+    with pytest.raises(DivergenceError, match=r"shfl_xor\(\) by thread \(32, 0, 0\) of block \(0, 0, 0\) while "
+                                              r"lane 16 of its warp does not exist"):
+        run_kernel(build(src), args)

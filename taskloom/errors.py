@@ -64,6 +64,16 @@ class ArgumentError(TaskloomError):
     """A kernel or compiled model was called with an argument of the wrong kind, shape or dtype."""
 
 
+class IndexOutOfRange(ArgumentError, IndexError):
+    """An index read from data at run time (a gather's, an embedding's) lies outside the
+    dimension it indexes; the message names the operator, its argument, the value and the
+    valid range. Also an :class:`IndexError`, as torch and numpy raise."""
+
+
+class AllocationError(TaskloomError):
+    """Memory for a tensor or a compiled model's intermediates could not be allocated."""
+
+
 class OpError(TaskloomError):
     """An operator was applied to arguments it does not accept (shapes, axes, dtypes, sizes)."""
 

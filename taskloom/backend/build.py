@@ -84,6 +84,9 @@ def build_library(functions: S.Function | S.Module | Sequence[S.Function], targe
                else [functions] if isinstance(functions, S.Function) else functions)
     started = time.perf_counter()
     sigs = [signature(f) for f in fns]
+    for sig, f in zip(sigs, fns):
+        if f.reports_status:  # the kernel takes a status last, where its run-time checks report
+            sig["status"] = True
     module = S.Module(tuple(transforms.lower(f) for f in fns))
     source = codegen_c(module, tgt) + extra_source
     generated = time.perf_counter()

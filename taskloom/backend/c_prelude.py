@@ -1,5 +1,6 @@
 """The C prelude every generated translation unit starts with: headers and small helpers
-(bfloat16 conversion, min/max, tail masks, vector reductions) and the vector math of
+(the status run-time index checks report to, bfloat16 conversion, min/max, tail masks,
+vector reductions) and the vector math of
 :mod:`taskloom.backend.c_vector_math`."""
 
 from taskloom.backend.c_vector_math import VECTOR_MATH
@@ -55,6 +56,32 @@ static inline void tl_scratch_give(void* p) {
   tl_scratch_t* s = &tl_scratch;
   if ((char*)p >= s->base && (char*)p < s->base + s->size) s->used = (size_t)((char*)p - s->base);
   else free(p);
+}
+
+/* Run-time checks report to their caller through a status the caller passes to each call:
+   the first failed check (its 1-based number in taskloom_checks, 0 while none failed), the
+   value it refused and the valid range [low, high]. The first failure wins, whichever
+   thread hits it: the compare-exchange claims the status, the winner fills it in. */
+typedef struct { int64_t check, value, low, high; } tl_status;
+__attribute__((cold, noinline))
+static void tl_check_failed(tl_status* st, int64_t check, int64_t value, int64_t low, int64_t high) {
+  int64_t none = 0;
+  if (__atomic_compare_exchange_n(&st->check, &none, -1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+    st->value = value; st->low = low; st->high = high;
+    __atomic_store_n(&st->check, check, __ATOMIC_RELEASE);
+  }
+}
+/* An index read from data, as a position in [0, n): one unsigned compare. Out of range it
+   is reported and reads position 0, so no load leaves the tensor. The _wrap form first
+   counts a negative index from the end (-1 is n - 1), as numpy and ONNX do. */
+static inline int64_t tl_index(int64_t i, int64_t n, tl_status* st, int64_t check) {
+  if (__builtin_expect((uint64_t)i >= (uint64_t)n, 0)) { tl_check_failed(st, check, i, 0, n - 1); return 0; }
+  return i;
+}
+static inline int64_t tl_index_wrap(int64_t i, int64_t n, tl_status* st, int64_t check) {
+  int64_t w = i < 0 ? i + n : i;
+  if (__builtin_expect((uint64_t)w >= (uint64_t)n, 0)) { tl_check_failed(st, check, i, -n, n - 1); return 0; }
+  return w;
 }
 
 /* bfloat16 is stored as its 16 bits; arithmetic goes through float. */

@@ -59,6 +59,15 @@ class _CudaKernelCodegen(_FunctionCodegen):
             return f"tl_{e.func}({args[0]})"
         return super().call(e)
 
+    def index_check(self, e: E.IndexCheck) -> tuple[str, int]:
+        """The index clamped into its dimension, so no load leaves the tensor. Reporting the
+        failure (a device flag the host reads after the launch) is still to come."""
+        v, n, t = self.expr(e.value), self.expr(e.extent), self.ctype(e.type)
+        i = f"(int64_t)({v})"
+        if e.wrap:
+            i = f"({i} < 0 ? {i} + ({n}) : {i})"
+        return f"({t})({i} < 0 ? 0 : {i} >= ({n}) ? ({n}) - 1 : {i})  /* {e.what}: clamped */", 14
+
     # ----------------------------------------------------------------- statements
     def stmt(self, s: S.Stmt, d: int) -> None:
         if isinstance(s, S.For) and s.kind == "parallel":

@@ -8,7 +8,7 @@ from typing import Sequence
 import numpy as np
 
 from taskloom.backend.build import build_library
-from taskloom.errors import OpError
+from taskloom.errors import AllocationError, OpError
 from taskloom.graph.eager import set_eager_executor
 from taskloom.graph.tensor import Tensor
 from taskloom.ops.base import check_size
@@ -72,8 +72,12 @@ def execute_task(task: Task, inputs: Sequence[Tensor]) -> list[Tensor]:
         if dt.numpy is None:
             raise OpError(f"{task.name}(): results of type {dt.name} cannot be held by numpy yet")
         shape = _concrete(o.shape, binding, task.name)
-        check_size(task.name, "its result", shape)
-        outs.append(np.empty(shape, dtype=dt.numpy))
+        check_size(task.name, "its result", shape, dt)
+        try:
+            outs.append(np.empty(shape, dtype=dt.numpy))
+        except MemoryError:
+            raise AllocationError(f"{task.name}(): its result of shape {shape} ({dt.name}) does not fit in "
+                                  "this machine's memory") from None
     if any(a.size for a in outs):  # (empty outputs alone need no kernel)
         compile_task(task)(*[t.numpy() for t in inputs], *outs)
     return [Tensor(a.shape, o.dtype, a) for a, o in zip(outs, task.outputs)]

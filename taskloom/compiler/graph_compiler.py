@@ -19,7 +19,6 @@ from taskloom.runtime.library_file import record_source
 from taskloom.runtime.saved_file import graph_record
 from taskloom.runtime.memory_plan import Buffer, plan_memory
 from taskloom.compiler.drivers import schedule_kernel
-from taskloom.compiler.index_checks import index_checks
 from taskloom.target import get_cpu_target
 from taskloom.tune.budget import Budget
 from taskloom.target.base import Target
@@ -131,7 +130,7 @@ def compile_graph(graph: Graph, target: Target | str | None = None, *, tune: int
         functions.append(fn)
         args = tuple(ref_of(group.inputs[x]) if isinstance(x, int) else constant_ref(x) for x in scheduled.inputs) + \
             tuple(refs[id(t)] for t in group.outputs)
-        calls.append(Call(c_symbol(fn.name), args, f"{group.name}: {' + '.join(group.ops)}"))
+        calls.append(Call(c_symbol(fn.name), args, f"{group.name}: {' + '.join(group.ops)}", fn.reports_status))
         kernels.append({"name": fn.name, "ops": group.ops, "category": group.category,
                         "anchor": group.anchor.op if group.anchor is not None else group.ops[0],
                         "schedule": f"{fn.attr('template')}: {fn.attr('config')}"
@@ -143,7 +142,7 @@ def compile_graph(graph: Graph, target: Target | str | None = None, *, tune: int
     meta = {"inputs": [{"name": t.name, "dtype": t.dtype.name, "shape": [int(d) for d in t.shape]}
                        for t in graph.inputs],
             "outputs": outputs_meta, "arena_bytes": plan.arena_bytes, "memory": plan.describe(),
-            "kernels": kernels, "target": tgt.to_dict(), "index_checks": index_checks(graph)}
+            "kernels": kernels, "target": tgt.to_dict(), "status": True}  # status: see backend.launcher
     record = record_source(graph_record(meta, [(c.dtype.name, c.shape) for c in arrays]))
     lib = build_library(functions, tgt, name="graph", extra_source=launcher_source(calls) + record,
                         timings=timings, load_check=True)

@@ -86,8 +86,10 @@ class ReduceCompute(E.Expr):
         object.__setattr__(self, "type", t)
 
 
-def _axes(fn: Callable, n: int, default: str) -> tuple[E.Var, ...]:
-    """Axis variables named after ``fn``'s parameters (so generated code reads like the definition)."""
+def _axes(fn: Callable, dims: tuple[E.Expr, ...], default: str) -> tuple[E.Var, ...]:
+    """Axis variables named after ``fn``'s parameters (so generated code reads like the
+    definition), each of its dimension's type: int32, or int64 for a size past int32."""
+    n = len(dims)
     try:
         params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):
@@ -97,7 +99,7 @@ def _axes(fn: Callable, n: int, default: str) -> tuple[E.Var, ...]:
         if params is not None and not any(p.kind == p.VAR_POSITIONAL for p in params):
             raise IRError(f"the function of a {n}-D definition takes {len(names)} argument(s)")
         names = [f"{default}{a}" for a in range(n)]
-    return tuple(E.Var(name, index_type) for name in names)
+    return tuple(E.Var(name, d.type if d.type == T.int64 else index_type) for name, d in zip(names, dims))
 
 
 def tensor_input(name: str, dtype: T.DataType | str, shape: Sequence[Any]) -> TensorInput:
@@ -108,7 +110,7 @@ def tensor_input(name: str, dtype: T.DataType | str, shape: Sequence[Any]) -> Te
 def compute(name: str, shape: Sequence[Any], fn: Callable[..., Any]) -> GridCompute:
     """The tensor ``out[i, j, ...] = fn(i, j, ...)`` over ``shape``."""
     dims = tuple(E.as_expr(d) for d in shape)
-    axes = _axes(fn, len(dims), "i")
+    axes = _axes(fn, dims, "i")
     value = E.as_expr(fn(*axes))
     return GridCompute(name, dims, axes, value)
 
@@ -116,7 +118,7 @@ def compute(name: str, shape: Sequence[Any], fn: Callable[..., Any]) -> GridComp
 def reduce(shape: Sequence[Any], fn: Callable[..., Any], kind: str = "sum") -> ReduceCompute:
     """``kind`` of ``fn(k, ...)`` over the grid ``shape`` (sum, max, min, mean, prod, argmax, argmin)."""
     dims = tuple(E.as_expr(d) for d in shape)
-    axes = _axes(fn, len(dims), "k")
+    axes = _axes(fn, dims, "k")
     return ReduceCompute(dims, axes, E.as_expr(fn(*axes)), kind)
 
 

@@ -110,8 +110,17 @@ _NUMPY = {t.name: np.dtype(t.name if t.name != "bool" else np.bool_)
 _RANK = {boolean: 0, uint8: 1, int8: 2, int16: 3, int32: 4, int64: 5, float16: 6, bfloat16: 7,
          float32: 8, float64: 9}
 
-#: The type of loop variables and index arithmetic.
+#: The type of loop variables and index arithmetic wherever every index fits it (the
+#: fastest); :data:`wide_index_type` where a tensor may have more than :data:`INDEX_MAX`
+#: elements (see :func:`index_type_for`).
 index_type = int32
+wide_index_type = int64
+INDEX_MAX = 2 ** 31 - 1
+
+
+def index_type_for(count: int | None) -> DataType:
+    """The index type that holds every position below ``count`` (None: not known, so wide)."""
+    return index_type if count is not None and count <= INDEX_MAX else wide_index_type
 
 
 def dtype(name: str | DataType | np.dtype | type) -> DataType:

@@ -297,13 +297,47 @@ class Call(Expr):
         object.__setattr__(self, "type", prim.result_type(self.args))
 
 
+@dataclass(frozen=True, eq=False, repr=False)
+class IndexCheck(Expr):
+    """``value``, an index read from data, as a position along a dimension of ``extent``,
+    checked when the kernel runs. A value in ``[0, extent)`` is the position; with ``wrap``
+    one in ``[-extent, 0)`` counts from the end (``-k`` is ``extent - k``). Any other value
+    is reported to the kernel's caller as a failure of the check ``what`` (the operator
+    and its argument, e.g. ``"embedding(): 'indices'"``) and reads position 0 instead, so
+    no load leaves its tensor. The type is the extent's: a position fits where sizes do.
+    """
+
+    value: Expr
+    extent: Expr
+    what: str
+    wrap: bool = False
+
+    def __post_init__(self) -> None:
+        for name, x in (("value", self.value), ("extent", self.extent)):
+            if not (isinstance(x.type, DataType) and x.type.is_integer()):
+                raise IRError(f"index check {self.what!r}: the {name} `{x!r}` has type {x.type!r}, not an integer")
+        object.__setattr__(self, "type", self.extent.type)
+
+
+def index_check(value: ExprLike, extent: ExprLike, what: str, wrap: bool = False) -> IndexCheck:
+    """The position ``value`` names along a dimension of ``extent``, checked at run time
+    (see :class:`IndexCheck`)."""
+    return IndexCheck(as_expr(value), as_expr(extent), what, wrap)
+
+
 # ----------------------------------------------------------------------------- builders
 
 def const(value: int | float | bool, type: DataType | str | None = None) -> Constant:
-    """A constant; without a type, bool -> bool, int -> int32, float -> float32."""
+    """A constant; without a type, bool -> bool, int -> int32 (int64 past its range), float
+    -> float32."""
     if type is None:
-        type = boolean if isinstance(value, bool) else index_type if isinstance(value, int) else dtypes.float32
+        type = boolean if isinstance(value, bool) else _int_type(value) if isinstance(value, int) \
+            else dtypes.float32
     return Constant(value, dtypes.dtype(type) if isinstance(type, str) else type)
+
+
+def _int_type(v: int) -> DataType:
+    return index_type if -2 ** 31 <= v < 2 ** 31 else dtypes.int64
 
 
 def as_expr(v: Any, like: Type | None = None) -> Expr:
@@ -317,6 +351,8 @@ def as_expr(v: Any, like: Type | None = None) -> Expr:
             s = _scalar(like)
             if isinstance(v, float) and not s.is_float():
                 return const(v)
+            if like == index_type and not isinstance(v, bool) and isinstance(v, int) and _int_type(v) != s:
+                return const(v)  # a size past int32 next to an index: promoted to int64, not wrapped
             c = Constant(v, s)
             return Broadcast(c, like.lanes) if isinstance(like, VectorType) else c
         return const(v)

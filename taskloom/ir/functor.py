@@ -77,9 +77,28 @@ class Substituter(Rewriter):
         return self.generic_visit(v)
 
 
-def substitute(node: Any, mapping: Mapping[Var, Expr]) -> Any:
-    """``node`` with every occurrence of each key variable replaced by its value."""
-    return Substituter(mapping).visit(node) if mapping else node
+class PromotingSubstituter(Substituter):
+    """A substitution whose values may be wider than the variables they replace (an int64
+    position for an int32 axis): the operations above them are rebuilt with the IR's
+    promotion rules instead of refusing operands of two types."""
+
+    def visit_Binary(self, e: Any) -> Expr:
+        from taskloom.ir.expr import binary
+        a, b = self.visit(e.a), self.visit(e.b)
+        return e if a is e.a and b is e.b else binary(e.op, a, b)
+
+    def visit_Select(self, e: Any) -> Expr:
+        from taskloom.ir.expr import select
+        c, a, b = self.visit(e.cond), self.visit(e.a), self.visit(e.b)
+        return e if c is e.cond and a is e.a and b is e.b else select(c, a, b)
+
+
+def substitute(node: Any, mapping: Mapping[Var, Expr], promote: bool = False) -> Any:
+    """``node`` with every occurrence of each key variable replaced by its value; with
+    ``promote``, a value may have a wider integer type than its variable."""
+    if not mapping:
+        return node
+    return (PromotingSubstituter if promote else Substituter)(mapping).visit(node)
 
 
 def collect(node: Node, cls: type | tuple[type, ...]) -> list[Node]:

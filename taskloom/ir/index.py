@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Sequence, Union
 
-from taskloom.ir.expr import Expr, as_expr, is_const
+from taskloom.ir.expr import Constant, Expr, as_expr, free_vars, is_const
 
 Dim = Union[int, Expr]
 
@@ -57,3 +57,20 @@ def unravel(offset: Dim, dims: Sequence[Dim]) -> list[Dim]:
         out[k] = q if k == big[0] else q % dims[k]
         stride = dims[k] if is_unit(stride) else stride * dims[k]
     return out
+
+
+def max_elements(dims: Sequence[Dim]) -> int | None:
+    """The most elements a tensor of ``dims`` can have: a symbol may take any value of its
+    type (an int32 size is at most ``2**31 - 1``); None when a dimension has no known bound."""
+    from taskloom.ir.arith.bounds import BoundAnalyzer
+    total = 1
+    for d in dims:
+        if isinstance(d, int) or isinstance(d, Constant):
+            n: int | None = int(d if isinstance(d, int) else d.value)
+        else:
+            symbols = {v: (0, int(v.type.max_value())) for v in free_vars(d) if v.type.is_integer()}
+            n = BoundAnalyzer(symbols).upper(d)
+        if n is None:
+            return None
+        total *= max(n, 0)
+    return total

@@ -84,6 +84,9 @@ def _expr(e: E.Expr) -> tuple[str, int]:
         return f"vload({el}, {e.lanes}{count}{stride})", _ATOM
     if isinstance(e, E.Broadcast):
         return f"broadcast({expr_text(e.value)}, {e.lanes})", _ATOM
+    if isinstance(e, E.IndexCheck):
+        wrap = ", wrap=True" if e.wrap else ""
+        return f"index_check({expr_text(e.value)}, {expr_text(e.extent)}, {e.what!r}{wrap})", _ATOM
     if isinstance(e, E.Call):
         if e.func in gpu.INDEX_PRIMITIVES:  # threadIdx.x, as a kernel writes it
             return gpu.INDEX_PRIMITIVES[e.func], _ATOM

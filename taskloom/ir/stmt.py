@@ -235,6 +235,14 @@ class Function(Node):
     def with_body(self, body: Stmt) -> Function:
         return Function(self.name, self.params, body, self.kind, self.attrs)
 
+    @property
+    def reports_status(self) -> bool:
+        """Whether the function takes a status to report failed run-time checks in: it holds
+        an :class:`~taskloom.ir.expr.IndexCheck`, or held one before lowering (``status``)."""
+        from taskloom.ir.expr import IndexCheck
+        from taskloom.ir.functor import collect
+        return bool(self.attr("status")) or bool(collect(self.body, IndexCheck))
+
     def __repr__(self) -> str:
         from taskloom.ir.printer import astext
         return astext(self)

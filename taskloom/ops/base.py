@@ -97,8 +97,8 @@ def _placeholders(inputs: Sequence[Tensor], names: Sequence[str]) -> list[Tensor
         dims: list[Dim] = []
         for d in t.shape:
             if isinstance(d, int) and d > 1:
-                if d not in symbols:
-                    symbols[d] = var(f"n{len(symbols)}")
+                if d not in symbols:  # a size past int32 is an int64 symbol
+                    symbols[d] = var(f"n{len(symbols)}", T.index_type_for(d))
                 dims.append(symbols[d])
             else:
                 dims.append(d)
@@ -106,19 +106,23 @@ def _placeholders(inputs: Sequence[Tensor], names: Sequence[str]) -> list[Tensor
     return out
 
 
-#: The most elements one tensor may have: kernels index with 32-bit integers.
-MAX_ELEMENTS = 2 ** 31 - 1
+#: The most bytes one tensor may take: 2**47 (128 TiB), the address space of an x86-64
+#: process. Kernels index a tensor past 2**31 - 1 elements with 64-bit integers, so any size
+#: below this works where the memory is there; past it, no machine could hold the tensor.
+MAX_BYTES = 2 ** 47
 
 
-def check_size(op: str, what: str, shape: Sequence[Any]) -> None:
-    """:class:`OpError` when a tensor of ``shape`` has more elements than a kernel can index."""
+def check_size(op: str, what: str, shape: Sequence[Any], dtype: T.DataType | None = None) -> None:
+    """:class:`OpError` when a tensor of ``shape`` (of ``dtype``, bytes by default) would take
+    more than :data:`MAX_BYTES`."""
     n = 1
     for d in shape:
         n *= int(d)
-    if n > MAX_ELEMENTS:
-        raise OpError(f"{op}(): {what} of shape {tuple(int(d) for d in shape)} has {n:,} elements; taskloom's "
-                      f"kernels index tensors with 32-bit integers, so a tensor may have at most {MAX_ELEMENTS:,} "
-                      "(split the work into smaller tensors)")
+    nbytes = n * (dtype.nbytes if dtype is not None else 1)
+    if nbytes > MAX_BYTES:
+        raise OpError(f"{op}(): {what} of shape {tuple(int(d) for d in shape)} has {n:,} elements "
+                      f"({nbytes:,} bytes); a tensor may take at most {MAX_BYTES:,} bytes (128 TiB, "
+                      "the address space of a process): split the work into smaller tensors")
 
 
 def apply(op: str, inputs: Sequence[Tensor], names: Sequence[str],
@@ -132,7 +136,7 @@ def apply(op: str, inputs: Sequence[Tensor], names: Sequence[str],
     tracing = not all(t.is_concrete for t in inputs)
     for t, n in zip(inputs, names):
         if all(isinstance(d, int) for d in t.shape):
-            check_size(op, f"'{n}'", t.shape)
+            check_size(op, f"'{n}'", t.shape, t.dtype)
     # a traced graph is specialized to its shapes; eager kernels serve every shape
     placeholders = ([tensor_input(n, t.dtype, t.shape) for t, n in zip(inputs, names)]
                     if static_dims or tracing else _placeholders(inputs, names))
@@ -143,6 +147,6 @@ def apply(op: str, inputs: Sequence[Tensor], names: Sequence[str],
         results = record(task, inputs)
         for k, r in enumerate(results):
             if all(isinstance(d, int) for d in r.shape):
-                check_size(op, "its result" if len(results) == 1 else f"result {k}", r.shape)
+                check_size(op, "its result" if len(results) == 1 else f"result {k}", r.shape, r.dtype)
         return results
     return run_eager(task, inputs)

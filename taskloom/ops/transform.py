@@ -18,11 +18,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from taskloom.errors import OpError
+from taskloom.errors import IndexOutOfRange, OpError
 from taskloom.graph.tensor import Tensor
 from taskloom.ir import dtypes as T
 from taskloom.ir import expr as E
-from taskloom.ir.dtypes import index_type
 from taskloom.ir.compute import GridCompute, TensorInput, compute
 from taskloom.ir.index import prod, row_major_offset, unravel
 from taskloom.ops.base import apply, as_tensor, is_unit, normalize_axes, normalize_axis
@@ -92,17 +91,24 @@ def _scalar(op: str, arg: str, value: Any, dtype: T.DataType) -> E.Constant:
     return E.Constant(v, dtype)
 
 
-def _index_arg(op: str, arg: str, t: Any, extent: int | None) -> Tensor:
-    """An index tensor (int32 or int64) whose values, checked on the data, lie in ``[0, extent)``."""
+def _index_arg(op: str, arg: str, t: Any, extent: int | None, wrap: bool = False,
+               tracing: bool = True) -> Tensor:
+    """An index tensor (int32 or int64) for a dimension of ``extent``. Its values are checked
+    here when a traced graph holds them as a constant; indices that arrive at run time
+    (eager data, a model's inputs) are checked by the kernel as it reads them."""
     t = as_tensor(op, arg, t)
     if t.dtype not in INDEX_DTYPES:
         raise OpError(f"{op}(): '{arg}' must be an int32 or int64 tensor, got {t.dtype.name}")
-    if extent is not None and t.is_concrete and t.numpy().size:
+    if extent is None:
+        return t
+    if extent == 0 and t.size:
+        raise OpError(f"{op}(): '{arg}' holds {t.size} indices into an empty dimension (size 0)")
+    if tracing and t.is_concrete and t.numpy().size:
+        low = -extent if wrap else 0
         lo, hi = int(t.numpy().min()), int(t.numpy().max())
-        if lo < 0 or hi >= extent:
-            bad = lo if lo < 0 else hi
-            raise OpError(f"{op}(): '{arg}' holds the index {bad}, out of range for a dimension of size "
-                          f"{extent} (valid: 0..{extent - 1})")
+        if lo < low or hi >= extent:
+            raise IndexOutOfRange(f"{op}(): '{arg}' holds the index {lo if lo < low else hi}, out of range for a "
+                                  f"dimension of size {extent} (valid indices: {low}..{extent - 1})")
     return t
 
 
@@ -554,20 +560,12 @@ def slice(x: Any, axis: int, start: int | None, stop: int | None, step: int = 1)
 
 # ----------------------------------------------------------------------------- gathers
 
-def _index(value: E.Expr, extent: Dim) -> E.Expr:
-    """An index read from a tensor, as the IR's index type, kept inside ``[0, extent)``.
-
-    Concrete indices are range-checked when an operator is applied; indices that arrive
-    with a compiled model's inputs are not, and a kernel must never read outside its table
-    (an id of 10**9 would fault). Clamping costs two compares per index and makes any
-    value, however far out, read a row of the table."""
-    return _clamp(E.cast(value, index_type), True, E.as_expr(extent) - 1)
-
-
-def gather(x: Any, axis: int, index: Any) -> Tensor:
+def gather(x: Any, axis: int, index: Any, wrap: bool = False) -> Tensor:
     """``out[i][j][k] = x[index[i][j][k]][j][k]`` for ``axis`` 0, and likewise for other
     axes (``torch.gather``): ``index`` (int32 or int64) has the rank of ``x``, is no larger
-    than ``x`` outside ``axis``, and gives the shape of the result.
+    than ``x`` outside ``axis``, and gives the shape of the result. Indices are checked as
+    the kernel reads them (:class:`~taskloom.errors.IndexOutOfRange`); with ``wrap``,
+    negative ones count from the end (``-1`` is the last), as in numpy and ONNX.
     """
     op = "gather"
     x = as_tensor(op, "x", x)
@@ -581,48 +579,65 @@ def gather(x: Any, axis: int, index: Any) -> Tensor:
         if d != ax and a > b:
             raise OpError(f"{op}(): 'index' of shape {idx.shape} is larger than 'x' of shape {x.shape} "
                           f"in dimension {d} (only 'axis'={axis} may be larger)")
-    _index_arg(op, "index", idx, x.shape[ax])
+    _index_arg(op, "index", idx, x.shape[ax], wrap, not x.is_concrete)
+    what = f"{op}(): 'index' (along axis {ax} of 'x')"
 
     def build(X: TensorInput, I: TensorInput) -> GridCompute:
-        return compute(op, I.shape, lambda *i: X[tuple(_index(I[i], X.shape[ax]) if d == ax else i[d] for d in range(x.ndim))])
-    return apply(op, [x, idx], ["x", "index"], build, {"axis": ax})[0]
+        def element(*i: E.Var) -> E.Expr:
+            pos = E.index_check(I[i], X.shape[ax], what, wrap)
+            return X[tuple(pos if d == ax else i[d] for d in range(x.ndim))]
+        return compute(op, I.shape, element)
+    return apply(op, [x, idx], ["x", "index"], build, {"axis": ax, **_wrap_attr(wrap)})[0]
 
 
-def index_select(x: Any, axis: int, index: Any) -> Tensor:
+def index_select(x: Any, axis: int, index: Any, wrap: bool = False) -> Tensor:
     """The entries of ``x`` at positions ``index`` (a 1-d int32 or int64 tensor) along
     ``axis`` (``torch.index_select``, ``numpy.take`` with an axis). Example:
-    ``index_select(x_5x3, 0, [4, 0])`` has rows 4 and 0.
+    ``index_select(x_5x3, 0, [4, 0])`` has rows 4 and 0. Indices are checked and ``wrap``
+    counts negative ones from the end, as for :func:`gather`.
     """
     op = "index_select"
     x = as_tensor(op, "x", x)
     if x.ndim == 0:
         raise OpError(f"{op}(): 'x' is 0-d; index_select needs at least one dimension")
     ax = normalize_axis(op, axis, x.ndim)
-    idx = _index_arg(op, "index", index, x.shape[ax])
+    idx = _index_arg(op, "index", index, x.shape[ax], wrap, not x.is_concrete)
     if idx.ndim != 1:
         raise OpError(f"{op}(): 'index' must be 1-d, got shape {idx.shape}")
+    what = f"{op}(): 'index' (along axis {ax} of 'x')"
 
     def build(X: TensorInput, I: TensorInput) -> GridCompute:
         shape = [I.shape[0] if d == ax else s for d, s in enumerate(X.shape)]
-        return compute(op, shape, lambda *i: X[tuple(_index(I[i[ax]], X.shape[ax]) if d == ax else i[d] for d in range(x.ndim))])
-    return apply(op, [x, idx], ["x", "index"], build, {"axis": ax})[0]
+
+        def element(*i: E.Var) -> E.Expr:
+            pos = E.index_check(I[i[ax]], X.shape[ax], what, wrap)
+            return X[tuple(pos if d == ax else i[d] for d in range(x.ndim))]
+        return compute(op, shape, element)
+    return apply(op, [x, idx], ["x", "index"], build, {"axis": ax, **_wrap_attr(wrap)})[0]
 
 
-def embedding(indices: Any, weight: Any) -> Tensor:
+def embedding(indices: Any, weight: Any, wrap: bool = False) -> Tensor:
     """Rows of the table ``weight`` (``[num, dim]``) picked by ``indices`` (int32 or int64,
     any shape): the result has shape ``indices.shape + (dim,)``
-    (``torch.nn.functional.embedding``).
+    (``torch.nn.functional.embedding``). Indices are checked and ``wrap`` counts negative
+    ones from the end, as for :func:`gather`.
     """
     op = "embedding"
     w = as_tensor(op, "weight", weight)
     if w.ndim != 2:
         raise OpError(f"{op}(): 'weight' must be 2-d ([num_embeddings, dim]), got shape {w.shape}")
-    idx = _index_arg(op, "indices", indices, w.shape[0])
+    idx = _index_arg(op, "indices", indices, w.shape[0], wrap, not w.is_concrete)
     nd = idx.ndim
+    what = f"{op}(): 'indices' (rows of 'weight')"
 
     def build(I: TensorInput, W: TensorInput) -> GridCompute:
-        return compute(op, [*I.shape, W.shape[1]], lambda *i: W[_index(I[tuple(i[:nd])], W.shape[0]), i[nd]])
-    return apply(op, [idx, w], ["indices", "weight"], build)[0]
+        return compute(op, [*I.shape, W.shape[1]],
+                       lambda *i: W[E.index_check(I[tuple(i[:nd])], W.shape[0], what, wrap), i[nd]])
+    return apply(op, [idx, w], ["indices", "weight"], build, _wrap_attr(wrap))[0]
+
+
+def _wrap_attr(wrap: bool) -> dict[str, bool]:
+    return {"wrap": True} if wrap else {}
 
 
 # ----------------------------------------------------------------------------- pad / tile

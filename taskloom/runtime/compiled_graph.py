@@ -15,12 +15,13 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from taskloom.errors import ArgumentError, LoadError, TaskloomError
+from taskloom.errors import AllocationError, ArgumentError, LoadError, TaskloomError
 from taskloom.runtime import saved_file
 from taskloom.runtime.aligned import aligned_copy, aligned_empty_at
 from taskloom.runtime.dlpack import array_view
 from taskloom.runtime.dlpack import as_torch as as_torch_tensor
 from taskloom.runtime.library_file import LoadedLibrary
+from taskloom.runtime.status import Status, raise_failure
 
 ENTRY = "taskloom_graph"
 PROFILE_ENTRY = "taskloom_graph_profile"
@@ -36,6 +37,15 @@ def _np_dtype_or_none(name: str) -> np.dtype | None:
         return _np_dtype(name)
     except TypeError:
         return None
+
+
+def _allocate(nbytes: int, what: str) -> np.ndarray:
+    """``nbytes`` bytes, or an :class:`AllocationError` saying they do not fit."""
+    try:
+        return np.empty(nbytes, np.uint8)
+    except (MemoryError, ValueError):
+        raise AllocationError(f"the compiled graph cannot allocate {what}: {nbytes:,} bytes do not fit in "
+                              "this machine's memory (compile smaller shapes, or run on a larger machine)") from None
 
 
 class CompiledGraph:
@@ -55,17 +65,19 @@ class CompiledGraph:
             self._entry = getattr(self._lib, ENTRY)
         except (OSError, AttributeError) as e:
             raise LoadError(f"cannot load the compiled graph library {self.lib_path}: {e}") from None
-        self._entry.argtypes = [ctypes.c_void_p] * 4
+        # the launcher's last argument: the status its kernels' run-time checks report to
+        self._status = Status() if meta.get("status") else None
+        self._status_arg = () if self._status is None else (ctypes.c_void_p(ctypes.addressof(self._status)),)
+        self._entry.argtypes = [ctypes.c_void_p] * (4 + len(self._status_arg))
         self._entry.restype = None
         self._w = (ctypes.c_void_p * max(len(self.constants), 1))(*[c.ctypes.data for c in self.constants])
-        self._arena = np.empty(max(int(meta["arena_bytes"]), 1) + 64, np.uint8)
+        self._arena = _allocate(max(int(meta["arena_bytes"]), 1) + 64, "the arena of its intermediates")
         self._arena_ptr = (self._arena.ctypes.data + 63) // 64 * 64
         self._profile: list[np.ndarray] | None = None  # per-call kernel times while profiling
         self._profile_fn: Any = None  # the launcher's profiling twin, resolved when profiling starts
         self._lock = threading.Lock()  # one arena: calls on one CompiledGraph run one at a time
         self.inputs = meta["inputs"]
         self.outputs = meta["outputs"]
-        self._index_checks = meta.get("index_checks") or []
         # what a call checks and allocates, worked out once (a call costs microseconds of Python)
         self._in_types = [(_np_dtype_or_none(i["dtype"]), tuple(i["shape"])) for i in self.inputs]
         self._out_types = [(_np_dtype_or_none(o["dtype"]) or o["dtype"], tuple(o["shape"])) for o in self.outputs]
@@ -89,19 +101,20 @@ class CompiledGraph:
     def __call__(self, *args: Any) -> Any:
         keep: list[Any] = []  # the inputs' keep-alives, until the native call returns
         ptrs, as_torch = self._input_pointers(args, keep)
-        if self._index_checks:
-            self._check_indices(args)
         outs, outptrs = self._new_outputs(as_torch)
         with self._lock:
             ins, outp = self._in_ptrs, self._out_ptrs
             ins[:len(ptrs)] = ptrs
             outp[:len(outptrs)] = outptrs
             if self._profile is None:
-                self._entry(self._w, ins, outp, self._arena_arg)
+                self._entry(self._w, ins, outp, self._arena_arg, *self._status_arg)
             else:
                 ms = np.zeros(max(len(self.meta["kernels"]), 1), np.float64)
-                self._profile_fn(self._w, ins, outp, self._arena_arg, ctypes.c_void_p(ms.ctypes.data))
+                self._profile_fn(self._w, ins, outp, self._arena_arg, *self._status_arg,
+                                 ctypes.c_void_p(ms.ctypes.data))
                 self._profile.append(ms)
+            if self._status is not None and self._status.check:  # a run-time check failed
+                raise_failure(self._status, self._lib, "the compiled graph")
         return self._finish(args, outs, as_torch)
 
     @contextlib.contextmanager
@@ -144,7 +157,7 @@ class CompiledGraph:
             fn = getattr(self._lib, PROFILE_ENTRY)
         except AttributeError:
             raise LoadError(f"{self.lib_path} has no profiling entry; compile the model again to profile it") from None
-        fn.argtypes, fn.restype = [ctypes.c_void_p] * 5, None
+        fn.argtypes, fn.restype = [ctypes.c_void_p] * (5 + len(self._status_arg)), None
         return fn
 
     def _input_pointers(self, args: Sequence[Any], keep: list[Any]) -> tuple[list[int], bool]:
@@ -173,20 +186,6 @@ class CompiledGraph:
             ptrs.append(self._input_pointer(self.inputs[k], a, keep))
         return ptrs, as_torch
 
-    def _check_indices(self, args: Sequence[Any]) -> None:
-        """An input holding indices into a table must hold them in range (kernels clamp
-        them, so a bad one would give a wrong answer, never a fault)."""
-        for check in self._index_checks:
-            k = check["input"]
-            ids = args[k] if isinstance(args[k], np.ndarray) else np.from_dlpack(args[k])
-            if not ids.size:
-                continue
-            lo, hi, low, extent = int(ids.min()), int(ids.max()), check["low"], check["extent"]
-            if lo < low or hi >= extent:
-                raise ArgumentError(f"input '{self.inputs[k]['name']}' holds the index {lo if lo < low else hi}, "
-                                    f"out of range for the {check['op']} it feeds (a table of {extent}: valid "
-                                    f"indices are {low}..{extent - 1})")
-
     def _torch(self) -> tuple[Any, list[Any], list[Any] | None]:
         """``(torch, the inputs' torch dtypes, the outputs' or None)``, worked out on the
         first call with a torch tensor; None for the outputs when one has no torch dtype or
@@ -210,8 +209,11 @@ class CompiledGraph:
             outs = [torch.empty(shape, dtype=d) for (_, shape), d in zip(self._out_types, dtypes)]
             return outs, [o.data_ptr() for o in outs]
         outs, ptrs = [], []
-        for dtype, shape in self._out_types:
-            o, ptr = aligned_empty_at(shape, dtype)
+        for k, (dtype, shape) in enumerate(self._out_types):
+            try:
+                o, ptr = aligned_empty_at(shape, dtype)
+            except MemoryError:
+                raise AllocationError(f"output {k} of shape {shape} ({dtype}) does not fit in memory") from None
             outs.append(o)
             ptrs.append(ptr)
         return outs, ptrs

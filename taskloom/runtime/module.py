@@ -8,6 +8,9 @@ returns a :class:`Module` of callable :class:`Kernel` objects.
 A kernel trusts its pointers completely, so every call checks what C cannot: dtype, rank,
 each dimension against its int or symbol, C-contiguity, alignment, writability, scalar
 ranges. Everything that does not depend on the arguments is worked out once, at load.
+What only the data can show -- an index out of its table -- the kernel checks itself: a
+signature with ``"status": true`` takes a status last, which the call passes and reads
+(:mod:`taskloom.runtime.status`).
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from taskloom.errors import ArgumentError, LoadError
 from taskloom.runtime.dlpack import DTYPE_NAMES, ITEMSIZE, ArrayView, array_view, describe_value
 from taskloom.runtime.signature import (INT_RANGES, SCALAR_CTYPES, Param, ShapeExpr, Signature,
                                         parse_signature)
+from taskloom.runtime.status import raise_failure, thread_status
 
 SET_THREADS_SYMBOL = "taskloom_set_num_threads"
 GET_THREADS_SYMBOL = "taskloom_get_num_threads"
@@ -58,14 +62,18 @@ class Kernel:
     """
 
     def __init__(self, signature: Signature, function: Any, raw_signature: Mapping[str, Any],
-                 library: str):
+                 library: str, handle: Any = None):
+        """``handle``: the loaded library, where a kernel with run-time checks (its signature
+        says ``status``) finds the text of a failed check."""
         self.name = signature.name
         self.params: tuple[Param, ...] = signature.params
         self.library = library
         self._signature = copy.deepcopy(dict(raw_signature))
+        self._handle = handle
+        self._status = bool(raw_signature.get("status"))  # the status is the last argument
         function.restype = None
         function.argtypes = [SCALAR_CTYPES[p.dtype] if p.kind == "scalar" else ctypes.c_void_p
-                             for p in self.params]
+                             for p in self.params] + ([ctypes.c_void_p] if self._status else [])
         self._function = function
 
         self._nparams = len(self.params)
@@ -165,7 +173,13 @@ class Kernel:
                     raise self._error(p.name, f"{p.name}={value} from {self._origin(p.name, origins)} "
                                       f"does not fit {p.dtype} (at most {high})")
                 cargs[p.index] = value
-        self._function(*cargs)
+        if not self._status:
+            self._function(*cargs)
+            return
+        status, address = thread_status()
+        self._function(*cargs, address)
+        if status.check:
+            raise_failure(status, self._handle, f"kernel {self.name!r}")
 
     # -- checks --------------------------------------------------------------------------
 
@@ -392,7 +406,7 @@ def load_module(lib_path: str | Path, signatures: Sequence[Mapping[str, Any]],
                             f"exports every kernel of its signatures and {SET_THREADS_SYMBOL}/"
                             f"{GET_THREADS_SYMBOL}")
 
-    kernels = {sig.name: Kernel(sig, library[sig.c_symbol], raw, str(path))
+    kernels = {sig.name: Kernel(sig, library[sig.c_symbol], raw, str(path), library)
                for sig, raw in zip(parsed, signatures)}
     if source_path is None:
         sibling = path.with_name("source.c")

@@ -26,9 +26,9 @@ from typing import Any, Sequence
 from taskloom.ir import expr as E
 from taskloom.ir import stmt as S
 from taskloom.ir.compute import GridCompute, ReduceCompute, Task
-from taskloom.ir.dtypes import DataType, TensorType, float32, index_type
+from taskloom.ir.dtypes import DataType, TensorType, float32, index_type_for
 from taskloom.ir.functor import Rewriter, collect, substitute
-from taskloom.ir.index import prod, unravel
+from taskloom.ir.index import max_elements, prod, unravel
 from taskloom.schedule.interior import interior
 from taskloom.schedule.vectorize import vectorize_expr
 from taskloom.target.cpu import CpuTarget
@@ -88,7 +88,8 @@ class _Reads(Rewriter):
         t = e.tensor
         if isinstance(t, GridCompute) and t not in self.ctx.tensors:
             # inline with the indices as they are: the result is rewritten once, as a whole
-            return self.visit(substitute(t.value, dict(zip(t.axes, e.indices))))
+            value = self.visit(substitute(t.value, dict(zip(t.axes, e.indices)), promote=True))
+            return E.cast(value, t.dtype)  # (a wide index may have widened an integer value)
         idx = tuple(self.visit(i) for i in e.indices)
         var = self.ctx.tensors[t]
         if t in self.ctx.local:
@@ -165,12 +166,39 @@ def schedule_task(task: Task, target: CpuTarget, name: str | None = None) -> S.F
                       attrs=(("doc", f"{task.name}: scheduled by rules"),))
 
 
+def _extent(dims: Sequence[E.Expr]) -> E.Expr:
+    """The number of elements of ``dims``, in the index type that holds it: int64 where it
+    may pass 2**31 - 1 (a large static size, or a product of symbols), so no count overflows."""
+    t = index_type_for(max_elements(dims))
+    return E.as_expr(prod([E.cast(d, t) for d in dims]))
+
+
+def _loop_var(ctx: _Ctx, name: str, extent: E.Expr) -> E.Var:
+    """A fresh variable for a loop over ``extent`` (of the extent's type)."""
+    return E.Var(ctx.names.fresh(name), extent.type)
+
+
+def _positions(flat: E.Expr, dims: Sequence[E.Expr]) -> list[E.Expr]:
+    """The row-major index of ``flat`` in ``dims``, of ``flat``'s type: an int64 loop over
+    the rows binds the axes to int64 positions (substituted with ``promote``)."""
+    return unravel(flat, dims)
+
+
+def _blocks(last: E.Expr, block: int) -> E.Expr:
+    """``ceil(last / block)``, as ``(last - 1) / block + 1``: ``last + block - 1`` would pass
+    2**31 - 1 for a size near it."""
+    if isinstance(last, E.Constant):
+        return E.as_expr(max(-(-int(last.value) // block), 1))
+    return (last - 1) // block + 1
+
+
 def _fused_rows(task: Task, nodes: list[GridCompute], ctx: _Ctx) -> S.Stmt:
     """One parallel loop over the shared leading axes; the nodes run in order inside it."""
     p = ctx.prefix
     rows = nodes[-1].shape[:p]
-    t = E.Var(ctx.names.fresh("row"), index_type)
-    row_axes = unravel(t, rows)
+    extent = _extent(rows)
+    t = _loop_var(ctx, "row", extent)
+    row_axes = _positions(t, rows)
     inner: list[S.Stmt] = [S.Comment(f"{len(nodes)} stages share the leading {p} axis(es): run row by row")]
     inner += _row_reductions(nodes, row_axes, ctx)
     for n in nodes:
@@ -181,7 +209,7 @@ def _fused_rows(task: Task, nodes: list[GridCompute], ctx: _Ctx) -> S.Stmt:
             ctx.tensors[n] = var
             inner.append(S.Declare(var, None, "local") if rest else S.Declare(var))
         inner.append(_node_body(n, ctx, dict(zip(n.axes[:p], row_axes))))
-    return S.For(t, E.as_expr(prod(rows)), S.seq(inner), _loop_kind(nodes))
+    return S.For(t, extent, S.seq(inner), _loop_kind(nodes))
 
 
 def _loop_kind(nodes: Sequence[GridCompute]) -> str:
@@ -216,7 +244,7 @@ def _row_reductions(nodes: list[GridCompute], row_axes: list[E.Expr], ctx: _Ctx)
                 continue
             if E.free_vars(r) & set(n.axes[p:]):
                 continue  # depends on more than the row
-            rb = _Reads(ctx).visit(substitute(r, bind))
+            rb = _Reads(ctx).visit(substitute(r, bind, promote=True))
             if rb not in found:
                 found.append(rb)
     if len(found) < 2:
@@ -247,28 +275,29 @@ def _node_nest(n: GridCompute, ctx: _Ctx) -> S.Stmt:
     reduces = bool(collect(n.value, ReduceCompute))
     if reduces and len(n.shape) > 1 and not _few_rows(n.shape[:-1], ctx):
         outer = n.shape[:-1]
-        t = E.Var(ctx.names.fresh("o"), index_type)
-        body = _node_body(n, ctx, dict(zip(n.axes[:-1], unravel(t, outer))))
-        return S.For(t, E.as_expr(prod(outer)), body, _loop_kind([n]))
+        t = _loop_var(ctx, "o", _extent(outer))
+        body = _node_body(n, ctx, dict(zip(n.axes[:-1], _positions(t, outer))))
+        return S.For(t, _extent(outer), body, _loop_kind([n]))
     # each element of a 1-d reduction (or of a few rows of them: a matrix-vector product) is a
     # whole reduction: far smaller blocks spread it
     block = REDUCE_BLOCK if reduces else BLOCK
     *outer, last = n.shape
-    nb = E.cdiv(last, block) if not (isinstance(last, E.Constant) and last.value <= block) else E.as_expr(1)
-    t = E.Var(ctx.names.fresh("blk"), index_type)
+    nb = _blocks(last, block)
+    extent = _extent([*outer, nb]) if outer else nb
+    t = _loop_var(ctx, "blk", extent)
     if E.is_const(nb, 1):
         o, b = t, E.as_expr(0)
     else:
-        o, b = (t // nb, t % nb) if outer else (E.as_expr(0), t)
-    bind = dict(zip(n.axes[:-1], unravel(o, outer))) if outer else {}
+        o, b = (t // E.cast(nb, t.type), t % E.cast(nb, t.type)) if outer else (E.as_expr(0), t)
+    bind = dict(zip(n.axes[:-1], _positions(o, outer))) if outer else {}
     if E.is_const(nb, 1):
-        return S.For(t, E.as_expr(prod(outer)), _row(n, ctx, bind, E.as_expr(0), last), _loop_kind([n]))
-    start = E.Var(ctx.names.fresh("start"), index_type)
-    length = E.Var(ctx.names.fresh("length"), index_type)
+        return S.For(t, extent, _row(n, ctx, bind, E.as_expr(0), last), _loop_kind([n]))
+    start = E.Var(ctx.names.fresh("start"), last.type)
+    length = E.Var(ctx.names.fresh("length"), last.type)
     body = S.seq([S.Comment(f"blocks of {block} along the last axis spread even one row over every core"),
-                  S.Let(start, b * block), S.Let(length, E.minimum(last - start, block)),
+                  S.Let(start, E.cast(b, last.type) * block), S.Let(length, E.minimum(last - start, block)),
                   _row(n, ctx, bind, start, length)])
-    return S.For(t, E.as_expr(prod([*outer, nb])) if outer else nb, body, _loop_kind([n]))
+    return S.For(t, extent, body, _loop_kind([n]))
 
 
 def _few_rows(outer: Sequence[E.Expr], ctx: _Ctx) -> bool:
@@ -281,10 +310,11 @@ def _node_body(n: GridCompute, ctx: _Ctx, bind: dict[E.Var, E.Expr]) -> S.Stmt:
     """The loops over the axes of ``n`` not bound by ``bind``; the last one vectorized."""
     free = [(a, d) for a, d in zip(n.axes, n.shape) if a not in bind]
     if not free:
-        value, pre = _reduce_all(_Reads(ctx).visit(substitute(n.value, bind)), ctx)
+        value = E.cast(_Reads(ctx).visit(substitute(n.value, bind, promote=True)), n.dtype)
+        value, pre = _reduce_all(value, ctx)
         return S.seq([*pre, _store(n, ctx, bind, value)])
     outer, last_extent = free[:-1], free[-1][1]
-    loops_vars = {a: E.Var(ctx.names.fresh(a.name), index_type) for a, _ in outer}
+    loops_vars = {a: E.Var(ctx.names.fresh(a.name), a.type) for a, _ in outer}
     inner = _row(n, ctx, {**bind, **loops_vars}, E.as_expr(0), last_extent)
     for (a, d) in reversed(outer):
         inner = S.For(loops_vars[a], d, inner)
@@ -304,8 +334,8 @@ def _store(n: GridCompute, ctx: _Ctx, bind: dict[E.Var, E.Expr], value: E.Expr) 
 def _row(n: GridCompute, ctx: _Ctx, bind: dict[E.Var, E.Expr], start: E.Expr, length: E.Expr) -> S.Stmt:
     """``n`` along its last axis for positions ``start .. start + length``."""
     last = n.axes[-1]
-    j = E.Var(ctx.names.fresh(last.name), index_type)
-    value = _Reads(ctx).visit(substitute(n.value, {**bind, last: start + j}))
+    j = E.Var(ctx.names.fresh(last.name), last.type)
+    value = E.cast(_Reads(ctx).visit(substitute(n.value, {**bind, last: start + j}, promote=True)), n.dtype)
     # reductions that do not depend on the last axis: once, before the loop
     pre: list[S.Stmt] = []
     value, pre = _reduce_all(value, ctx, keep_if_mentions=j)
@@ -322,9 +352,9 @@ def _row(n: GridCompute, ctx: _Ctx, bind: dict[E.Var, E.Expr], start: E.Expr, le
         if split is not None:
             # vectorize where every bounds check passes; the edges keep their checks
             lo_e, hi_e, inner = split
-            lo, hi = E.Var(ctx.names.fresh("lo"), index_type), E.Var(ctx.names.fresh("hi"), index_type)
-            lo_v = E.as_expr(0) if lo_e is None else E.minimum(E.maximum(lo_e, 0), length)
-            hi_v = length if hi_e is None else E.maximum(E.minimum(hi_e, length), lo)
+            lo, hi = E.Var(ctx.names.fresh("lo"), j.type), E.Var(ctx.names.fresh("hi"), j.type)
+            lo_v = E.Constant(0, j.type) if lo_e is None else E.cast(E.minimum(E.maximum(lo_e, 0), length), j.type)
+            hi_v = length if hi_e is None else E.cast(E.maximum(E.minimum(hi_e, length), lo), j.type)
             span = _vector_span(inner, j, lo, hi - lo, var, out_idx, ctx)
             if span is not None:
                 return S.seq([*pre, S.Comment("bounds checks only at the edges of the row"),
@@ -338,12 +368,12 @@ def _vector_span(value: E.Expr, j: E.Var, base: E.Expr, count: E.Expr, var: E.Va
                  ctx: _Ctx) -> S.Stmt | None:
     """``value`` stored for ``j`` in ``[base, base + count)``: full vectors, then one masked tail."""
     lanes = ctx.lanes
-    c = E.Var(ctx.names.fresh("c"), index_type)
+    c = E.Var(ctx.names.fresh("c"), j.type)
     full = _vector_chunk(value, j, base + c * lanes, None, ctx)
     if full is None:
         return None
-    tail0 = E.Var(ctx.names.fresh("tail"), index_type)
-    rest = E.Var(ctx.names.fresh("rest"), index_type)
+    tail0 = E.Var(ctx.names.fresh("tail"), j.type)
+    rest = E.Var(ctx.names.fresh("rest"), j.type)
     tail = _vector_chunk(value, j, base + tail0, rest, ctx)
     assert tail is not None
     return S.seq([S.For(c, count // lanes, S.seq([*full[0], S.VectorStore(var, out_idx(base + c * lanes), full[1])])),
@@ -355,7 +385,7 @@ def _scalar_span(value: E.Expr, j: E.Var, base: E.Expr, count: E.Expr, var: E.Va
                  ctx: _Ctx) -> S.Stmt:
     """``value`` stored element by element for ``j`` in ``[base, base + count)``; reductions that
     need ``j`` are computed per element."""
-    jj = E.Var(ctx.names.fresh(j.name), index_type)
+    jj = E.Var(ctx.names.fresh(j.name), j.type)
     body_value, body_pre = _reduce_all(substitute(value, {j: base + jj}), ctx)
     return S.For(jj, count, S.seq([*body_pre, S.BufferStore(var, out_idx(base + jj), body_value)]),
                  "serial" if body_pre else "vectorize")
@@ -376,7 +406,7 @@ def _vector_chunk(value: E.Expr, j: E.Var, j0: E.Expr, count: E.Expr | None,
         r: ReduceCompute = reds[0]  # type: ignore[assignment]
         if r.kind not in _HORIZONTAL or r.value.type != float32:
             return None
-        axes = {a: E.Var(ctx.names.fresh(a.name), index_type) for a in r.axes}
+        axes = {a: E.Var(ctx.names.fresh(a.name), a.type) for a in r.axes}
         v = vectorize_expr(substitute(r.value, axes), j, j0, lanes, count, vectors)
         if v is None:
             return None
@@ -386,7 +416,7 @@ def _vector_chunk(value: E.Expr, j: E.Var, j0: E.Expr, count: E.Expr | None,
             loop = S.For(a, d, loop)
         stmts += [S.Declare(vacc, E.Broadcast(_identity(r.kind, float32), lanes)), loop]
         if r.kind == "mean":
-            stmts.append(S.Assign(vacc, vacc / E.Broadcast(E.cast(prod(r.shape), float32), lanes)))
+            stmts.append(S.Assign(vacc, vacc / E.Broadcast(E.cast(_extent(r.shape), float32), lanes)))
         # the value reads a scalar stand-in; the vectorizer reads the accumulator for it
         stand_in = E.Var(ctx.names.fresh(f"{r.kind}_lane"), float32)
         vectors[stand_in] = vacc
@@ -434,7 +464,7 @@ def _reductions(rs: list[ReduceCompute], ctx: _Ctx) -> tuple[list[E.Var], list[S
     """Statements that leave each reduction's value in a fresh scalar; reductions over the
     same grid run in one loop nest. The innermost axis is accumulated in vector registers
     when every value vectorizes along it."""
-    axes = {a: E.Var(ctx.names.fresh(a.name), index_type) for a in rs[0].axes}
+    axes = {a: E.Var(ctx.names.fresh(a.name), a.type) for a in rs[0].axes}
     accs = [E.Var(ctx.names.fresh(f"{r.kind}_acc"), r.type) for r in rs]
     values = [substitute(r.value, dict(zip(r.axes, axes.values()))) for r in rs]
     if len(rs) > 1 and any(r.kind in ("argmax", "argmin") for r in rs):
@@ -445,7 +475,7 @@ def _reductions(rs: list[ReduceCompute], ctx: _Ctx) -> tuple[list[E.Var], list[S
     stmts: list[S.Stmt] = [S.Declare(a, _identity(r.kind, r.value.type)) for r, a in zip(rs, accs)]  # type: ignore[arg-type]
     *outer, (last, extent) = list(zip(axes.values(), rs[0].shape))
     lanes = ctx.lanes
-    c = E.Var(ctx.names.fresh("c"), index_type)
+    c = E.Var(ctx.names.fresh("c"), rs[0].axes[-1].type)
     vvalues = [vectorize_expr(v, last, c * lanes, lanes)
                if r.kind in _HORIZONTAL and r.value.type == float32 else None for r, v in zip(rs, values)]
     if all(v is not None for v in vvalues):
@@ -458,7 +488,7 @@ def _reductions(rs: list[ReduceCompute], ctx: _Ctx) -> tuple[list[E.Var], list[S
     stmts.append(inner)
     for r, a in zip(rs, accs):
         if r.kind == "mean":
-            stmts.append(S.Assign(a, a / E.cast(prod(r.shape), r.value.type)))  # type: ignore[arg-type]
+            stmts.append(S.Assign(a, a / E.cast(_extent(r.shape), r.value.type)))  # type: ignore[arg-type]
     return accs, stmts
 
 
@@ -468,8 +498,8 @@ def _vector_accumulate(rs: list[ReduceCompute], accs: list[E.Var], values: list[
     combining instruction; then the leftover vectors, one horizontal reduction each, and
     the scalar tail."""
     lanes = ctx.lanes
-    nvec = E.Var(ctx.names.fresh("nvec"), index_type)
-    u = E.Var(ctx.names.fresh("c"), index_type)
+    nvec = E.Var(ctx.names.fresh("nvec"), extent.type)
+    u = E.Var(ctx.names.fresh("c"), extent.type)
     decls: list[S.Stmt] = []
     steps: list[S.Stmt] = []
     rest: list[S.Stmt] = []

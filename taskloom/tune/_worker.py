@@ -110,6 +110,7 @@ def main() -> int:
     shared = _Arguments(job["args"])
     own: dict[str, _Arguments] = {}  # candidates whose parameters differ (panels shaped by their config)
     repeats, min_seconds = int(job["repeats"]), float(job["min_seconds"])
+    status = np.zeros(4, np.int64)  # tl_status
     _emit({"ready": True})
     for candidate in job["candidates"]:
         index = candidate["index"]
@@ -123,9 +124,12 @@ def main() -> int:
             _emit({"index": index, "error": f"load: {exc}"})
             continue
         function.restype = None
-        function.argtypes = [ctypes.c_void_p] * len(arguments.pointers)
+        # a kernel with run-time checks reports to a status, its last argument (what random
+        # indices make it report does not matter here)
+        pointers = arguments.pointers + ([ctypes.c_void_p(status.ctypes.data)] if candidate.get("status") else [])
+        function.argtypes = [ctypes.c_void_p] * len(pointers)
         arguments.prepare(candidate["written"])
-        _emit({"index": index, "seconds": _time(function, arguments.pointers, repeats, min_seconds)})
+        _emit({"index": index, "seconds": _time(function, pointers, repeats, min_seconds)})
     return 0
 
 

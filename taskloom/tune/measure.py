@@ -104,7 +104,7 @@ def measure(functions: Sequence[Function], args: Sequence[tuple[tuple[int, ...],
                 sig = built.signatures[0]
                 pending.append(_Candidate(index, str(built.lib_path), sig["symbol"],
                                           [bool(p["written"]) for p in sig["params"]],
-                                          mine if each is not None else None))
+                                          mine if each is not None else None, bool(sig.get("status"))))
         _measure_all(pending, specs, repeats, min_seconds, timeout_s, results, bar)
     finally:
         bar.close()
@@ -210,6 +210,7 @@ class _Candidate:
     symbol: str
     written: list[bool]
     args: list[dict[str, Any]] | None = None  # its own parameters, else the job's
+    status: bool = False  # it takes a status last, for its run-time checks
 
 
 def _measure_all(pending: list[_Candidate], specs: list[dict[str, Any]], repeats: int, min_seconds: float,

@@ -12,6 +12,9 @@ Rules (each matches one node, reading its inputs as they are in the new graph):
   one's input (or that input itself when the shapes agree).
 - a permutation applied to a permutation: one ``permute`` by the composed permutation (or
   the input itself when it is the identity).
+- a gather, index_select or embedding whose index is ``where(i < 0, i + n, i)`` (negative
+  indices counted from the end of a dimension of size ``n``): the same lookup of ``i`` with
+  ``wrap=True``, which checks ``i`` against ``[-n, n)``.
 
 Rewrites that make ``x * 0`` a zero constant, or reorder arithmetic, are not done: they
 change results for inf and nan. The one liberty taken is the sign of zero: ``-0.0 + 0`` is
@@ -84,8 +87,49 @@ def _merge_permutes(node: Node, inputs: list[Tensor]) -> list[Tensor] | None:
     return [x if dims == tuple(range(len(dims))) else ops.permute(x, dims)]
 
 
+#: lookup -> (position of its index operand, position of the table)
+LOOKUPS = {"gather": (1, 0), "index_select": (1, 0), "embedding": (0, 1)}
+
+
+def _wrapped_source(t: Tensor, n: int) -> Tensor | None:
+    """``i`` when ``t`` is ``where(i < 0, i + n, i)``, else None."""
+    where = _producer(t, ("where",))
+    if where is None:
+        return None
+    cond, shifted, i = where.inputs
+    less, add = _producer(cond, ("less",)), _producer(shifted, ("add",))
+    if less is None or add is None or less.inputs[0] is not i or not _is_filled(less.inputs[1], 0):
+        return None
+    a, b = add.inputs
+    if not same_type(shifted, i) or not ((a is i and _is_filled(b, n)) or (b is i and _is_filled(a, n))):
+        return None
+    return i
+
+
+def _wrapped_index(node: Node, inputs: list[Tensor]) -> list[Tensor] | None:
+    """A lookup whose index is ``where(i < 0, i + n, i)`` -- how the frontends count
+    negative indices from the end -- with ``n`` the size it indexes (through reshapes too):
+    the lookup of ``i`` with ``wrap``, so that a bad index is reported as the model gave it."""
+    if node.op not in LOOKUPS or node.task.attr("wrap"):
+        return None
+    at, table = LOOKUPS[node.op]
+    x, index = inputs[table], inputs[at]
+    axis = 0 if node.op == "embedding" else node.task.attr("axis")
+    t = index
+    while (view := _producer(t, RESHAPES)) is not None:
+        t = view.inputs[0]
+    i = _wrapped_source(t, x.shape[axis]) if isinstance(x.shape[axis], int) else None
+    if i is None:
+        return None
+    if tuple(i.shape) != tuple(index.shape):
+        i = ops.reshape(i, index.shape)
+    if node.op == "embedding":
+        return [ops.embedding(i, x, wrap=True)]
+    return [getattr(ops, node.op)(x, axis, i, wrap=True)]
+
+
 RULES: tuple[Callable[[Node, list[Tensor]], list[Tensor] | None], ...] = (
-    _identity, _merge_reshapes, _merge_permutes)
+    _identity, _merge_reshapes, _merge_permutes, _wrapped_index)
 
 
 def _simplify(node: Node, inputs: list[Tensor], ctx: Rewrite) -> list[Tensor] | None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from taskloom.ir.dtypes import DataType
-from taskloom.ir.expr import Binary, Cast, Constant, Expr, Select, Unary, Var
+from taskloom.ir.expr import Binary, Cast, Constant, Expr, IndexCheck, Select, Unary, Var
 
 Bound = int | None
 Interval = tuple[Bound, Bound]
@@ -203,6 +203,9 @@ class BoundAnalyzer:
             return _neg(self.bound(e.a))
         if isinstance(e, Select):
             return _union(self.bound(e.a), self.bound(e.b))
+        if isinstance(e, IndexCheck):  # a position inside the dimension, whatever the data held
+            hi = self.bound(e.extent)[1]
+            return 0, None if hi is None else max(hi - 1, 0)
         if isinstance(e, Cast) and isinstance(e.value.type, DataType) and not e.value.type.is_float():
             inner, t = self.bound(e.value), e.dtype
             fits = None not in inner and t.min_value() <= inner[0] <= inner[1] <= t.max_value()  # type: ignore[operator]

@@ -57,6 +57,17 @@ class Wild(Expr):
         return f"?{self.name}"
 
 
+class _AnyField:
+    """Matches any value of a field that is not an expression (a label, a flag)."""
+
+    def __repr__(self) -> str:
+        return "?field"
+
+
+#: Stands in a pattern for a non-expression field whose value does not matter.
+ANY_FIELD: Any = _AnyField()
+
+
 def wild(name: str, type: Type = INT, const: bool = False) -> Wild:
     """A wildcard named ``name``; its match is ``m.<name>`` in a rule's functions."""
     return Wild(name, type, const)
@@ -101,6 +112,8 @@ class Match:
 def match(pattern: Any, value: Any, bindings: dict[str, Expr]) -> bool:
     """Matches ``value`` against ``pattern``, adding to ``bindings``; on failure the bindings
     may hold partial results and must be discarded."""
+    if pattern is ANY_FIELD:
+        return True
     if isinstance(pattern, Wild):
         if not isinstance(value, Expr) or not type_matches(pattern.type, value.type):
             return False

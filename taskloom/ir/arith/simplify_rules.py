@@ -14,11 +14,11 @@ import math
 import numpy as np
 
 from taskloom.ir.dtypes import DataType, boolean
-from taskloom.ir.expr import (COMPARE_OPS, Binary, Cast, Constant, Expr, Select, Unary, Var, cast, eq,
+from taskloom.ir.expr import (COMPARE_OPS, Binary, Cast, Constant, Expr, IndexCheck, Select, Unary, Var, cast, eq,
                               logical_and, logical_not, logical_or, maximum, minimum, ne, select)
 from taskloom.ir.arith.bounds import c_div, c_mod
 from taskloom.ir.arith.linear import Linear, linear_form, recombine_div_mod
-from taskloom.ir.arith.rewrite_rules import ANY, NUM, Match, RuleTable, rule, wild
+from taskloom.ir.arith.rewrite_rules import ANY, ANY_FIELD, NUM, Match, RuleTable, rule, wild
 
 # ----------------------------------------------------------------------------- folding
 
@@ -195,6 +195,12 @@ def _min_max_by_bounds(m: Match) -> Expr | None:
     return m.y if x_smaller else m.x if y_smaller else None
 
 
+def _index_in_range(m: Match) -> bool:
+    """Whether an index check cannot fail: its value lies in ``[0, extent)`` for every extent."""
+    lo = m.bounds.lower(m.node.extent)
+    return lo is not None and m.in_range(m.x, 0, lo - 1)
+
+
 def _is_loop_bound(m: Match) -> bool:
     return isinstance(m.x, Var) and m.bounds.loop_extent(m.x) == m.y
 
@@ -274,4 +280,7 @@ RULES = RuleTable([
     rule("select-same", Select(cond, ax, ax), lambda m: m.x),
     rule("select-not", Select(logical_not(cond), ax, ay), lambda m: select(m.cond, m.y, m.x)),
     rule("cast-to-own-type", Cast(ax, ANY), lambda m: m.x, when=lambda m: m.x.type == m.node.dtype),
+    # an index check that cannot fail (a constant, a small unsigned type) is the index itself
+    rule("index-in-range", IndexCheck(x, y, ANY_FIELD, ANY_FIELD), lambda m: cast(m.x, m.node.type),
+         when=_index_in_range),
 ])

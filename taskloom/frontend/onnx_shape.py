@@ -1,5 +1,6 @@
 """ONNX converters of shape and indexing operators: Reshape, Flatten, Transpose, Squeeze,
-Unsqueeze, Concat, Split, Slice, Gather, GatherElements, Expand, Tile, Pad, Trilu, Shape,
+Unsqueeze, Concat, Split, Slice, Gather, GatherElements, GatherND, ScatterElements, ScatterND,
+Expand, Tile, Pad, Trilu, Shape,
 Size, Constant, ConstantOfShape, Range, Dropout.
 
 Shapes are static, so ``Shape`` and ``Size`` give numpy constants, and the sizes, axes and
@@ -232,6 +233,49 @@ def gather_elements(n: OnnxNode) -> Tensor:
     axis = normalize_axis(n, int(n.attr("axis", 0)), x.ndim)
     idx = _indices(n, 1, shape_of(x)[axis])
     return ops.gather(x, axis, index_tensor(n, idx) if isinstance(idx, np.ndarray) else idx)
+
+
+def _index_input(n: OnnxNode, k: int) -> Tensor:
+    """Index input ``k`` as a tensor, negative entries left for the op to count from the end."""
+    idx = n.required(k, "indices")
+    if not dtype_of(idx).is_integer():
+        raise n.error(f"input {k} (indices) must hold integers, got {dtype_of(idx).name}")
+    return index_tensor(n, as_numpy(idx)) if is_const(idx) else idx
+
+
+@converter("GatherND", versions=(11, 13))
+def gather_nd(n: OnnxNode) -> Tensor:
+    """GatherND: each coordinate checked against its own axis, negative ones from the end."""
+    return ops.gather_nd(n.tensor(0), _index_input(n, 1), int(n.attr("batch_dims", 0)), wrap=True)
+
+
+#: ONNX's scatter reductions -> taskloom's, with the version that brought each
+_SCATTER_REDUCTIONS = {"none": (None, 11), "add": ("add", 16), "mul": ("mul", 16), "max": ("max", 18),
+                       "min": ("min", 18)}
+
+
+def _scatter_reduction(n: OnnxNode) -> str | None:
+    name = n.attr("reduction", "none")
+    found = _SCATTER_REDUCTIONS.get(name)
+    if found is None or n.version < found[1]:
+        known = [r for r, (_, v) in _SCATTER_REDUCTIONS.items() if n.version >= v]
+        raise n.error(f"'reduction'={name!r} is not one of {', '.join(known)} (at version {n.version})")
+    return found[0]
+
+
+@converter("ScatterElements", versions=(11, 18))
+def scatter_elements(n: OnnxNode) -> Tensor:
+    """ScatterElements: torch.scatter (and scatter_reduce with the reduction), negative
+    indices counted from the end."""
+    x = n.tensor(0)
+    axis = normalize_axis(n, int(n.attr("axis", 0)), x.ndim)
+    return ops.scatter(x, axis, _index_input(n, 1), n.tensor(2), _scatter_reduction(n), wrap=True)
+
+
+@converter("ScatterND", versions=(11, 18))
+def scatter_nd(n: OnnxNode) -> Tensor:
+    """ScatterND: updates written (or combined) at coordinates from the last axis of indices."""
+    return ops.scatter_nd(n.tensor(0), _index_input(n, 1), n.tensor(2), _scatter_reduction(n), wrap=True)
 
 
 # ----------------------------------------------------------------------------- pad, trilu

@@ -196,33 +196,85 @@ def embedding(weight: Tensor, indices: Tensor, padding_idx: int = -1, scale_grad
     return ops.embedding(indices, weight)
 
 
+def _coordinates(x: Tensor, indices: Sequence[Any], op: str) -> tuple[Tensor, Tensor, int, list[int] | None]:
+    """``(x, coords, first, order)`` for advanced indexing ``x[..., i, j, ...]`` with integer
+    index tensors: the index tensors broadcast together and stacked on a last axis, and the
+    axis of ``x`` where the indexed axes start; indexed axes that ``:`` separates are moved
+    to the front first, and ``order`` is that permutation (None when none was needed)."""
+    given = [k for k, i in enumerate(indices) if i is not None]
+    if not given or any(indices[k].dtype.is_bool() for k in given):
+        raise FrontendError(f"{op}: indexing with a boolean mask is not supported (the result's "
+                            "shape depends on the data); use torch.where instead")
+    first, order = given[0], None
+    if given != list(range(given[0], given[-1] + 1)):  # separated by ':' -> torch puts them first
+        order = given + [d for d in range(x.ndim) if d not in given]
+        x, first = ops.permute(x, order), 0
+    shape = tuple(np.broadcast_shapes(*[tuple(indices[k].shape) for k in given]))
+    columns = [ops.unsqueeze(ops.broadcast_to(ops.cast(indices[k], T.int64), shape), -1) for k in given]
+    return x, (columns[0] if len(columns) == 1 else ops.concat(columns, -1)), first, order
+
+
+def _last_first(t: Tensor, k: int) -> Tensor:
+    """``t`` with its last ``k`` axes moved to the front."""
+    return t if k == 0 else ops.permute(t, [*range(t.ndim - k, t.ndim), *range(t.ndim - k)])
+
+
+def _indexed_first(x: Tensor, first: int) -> Tensor:
+    """``x`` with its first ``first`` axes moved to the back, so the indexed axes lead."""
+    return x if first == 0 else ops.permute(x, [*range(first, x.ndim), *range(first)])
+
+
 @register(aten.index.Tensor, aten._unsafe_index.Tensor)
 def index(x: Tensor, indices: Sequence[Any]) -> Tensor:
     """Advanced indexing ``x[..., i, j, ...]`` with integer index tensors (broadcast together,
-    negative entries counting from the end), as one gather along the indexed dimensions
-    flattened into one. Boolean masks are refused: their result's shape depends on the data."""
-    given = [k for k, i in enumerate(indices) if i is not None]
-    if not given or any(indices[k].dtype.is_bool() for k in given):
-        raise FrontendError("index.Tensor: indexing with a boolean mask is not supported (the result's "
-                            "shape depends on the data); use torch.where instead")
-    if given != list(range(given[0], given[-1] + 1)):  # separated by ':' -> torch puts them first
-        rest = [d for d in range(x.ndim) if d not in given]
-        x = ops.permute(x, given + rest)
-        first = 0
-    else:
-        first = given[0]
-    n = len(given)
-    sizes = [int(x.shape[first + j]) for j in range(n)]
-    flat: Any = None
-    for j, k in enumerate(given):
-        idx = ops.cast(indices[k], T.int64)
-        idx = ops.where(ops.less(idx, 0), ops.add(idx, sizes[j]), idx)
-        flat = idx if flat is None else ops.add(ops.mul(flat, sizes[j]), idx)
-    lead, tail = tuple(x.shape[:first]), tuple(x.shape[first + n:])
-    merged = ops.reshape(x, lead + (math.prod(sizes),) + tail) if n > 1 else x
-    picked = ops.index_select(merged, first, ops.reshape(flat, (-1,)) if flat.ndim != 1 else flat)
-    shape = lead + tuple(flat.shape) + tail
-    return ops.reshape(picked, shape) if shape != tuple(picked.shape) else picked
+    negative entries counting from the end) as one ``gather_nd``, each coordinate checked
+    against its own dimension. Boolean masks are refused: their result's shape depends on
+    the data."""
+    x, coords, first, _ = _coordinates(x, indices, "index.Tensor")
+    # (index dims, tail, leading axes) -> torch's (leading axes, index dims, tail)
+    return _last_first(ops.gather_nd(_indexed_first(x, first), coords, wrap=True), first)
+
+
+@register(aten.index_put.default, aten.index_put_.default, aten._unsafe_index_put.default)
+def index_put(x: Tensor, indices: Sequence[Any], values: Tensor, accumulate: bool = False) -> Tensor:
+    """``x[..., i, j, ...] = values`` (``+=`` with ``accumulate``) as one ``scatter_nd``;
+    values broadcast to the indexed shape as torch broadcasts them."""
+    x, coords, first, order = _coordinates(x, indices, "index_put")
+    moved = _indexed_first(x, first)  # (indexed, tail, leading axes)
+    q = coords.shape[-1]
+    tail = tuple(moved.shape[q:moved.ndim - first])
+    v = ops.cast(values, x.dtype) if values.dtype != x.dtype else values
+    # torch's values are shaped (leading axes, index dims, tail); scatter_nd's (index dims, tail, leading)
+    v = ops.broadcast_to(v, (*x.shape[:first], *coords.shape[:-1], *tail))
+    v = ops.permute(v, [*range(first, v.ndim), *range(first)]) if first else v
+    out = _last_first(ops.scatter_nd(moved, coords, v, "add" if accumulate else None, wrap=True), first)
+    return out if order is None else ops.permute(out, [order.index(d) for d in range(out.ndim)])
+
+
+_TORCH_REDUCTIONS = {"sum": "add", "add": "add", "prod": "mul", "multiply": "mul", "amax": "max", "amin": "min"}
+
+
+@register(aten.scatter.src, aten.scatter.value, aten.scatter.reduce, aten.scatter.value_reduce,
+          aten.scatter_.src, aten.scatter_.value)
+def scatter(x: Tensor, dim: int, index: Tensor, src: Any, reduce: str | None = None) -> Tensor:
+    if not isinstance(src, Tensor):
+        src = filled(index.shape, src, None, "scatter")
+    src = ops.cast(src, x.dtype) if src.dtype != x.dtype else src
+    return ops.scatter(x, dim, index, src, _TORCH_REDUCTIONS[reduce] if reduce else None, wrap=True)
+
+
+@register(aten.scatter_add)
+def scatter_add(x: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
+    return ops.scatter(x, dim, index, src, "add", wrap=True)
+
+
+@register(aten.scatter_reduce.two)
+def scatter_reduce(x: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str,
+                   include_self: bool = True) -> Tensor:
+    if reduce not in _TORCH_REDUCTIONS or not include_self:
+        raise FrontendError(f"scatter_reduce: reduce={reduce!r} with include_self={include_self} is not "
+                            f"supported (supported: {', '.join(sorted(_TORCH_REDUCTIONS))} with include_self=True)")
+    return ops.scatter(x, dim, index, src, _TORCH_REDUCTIONS[reduce], wrap=True)
 
 
 @register(aten.flip)

@@ -83,10 +83,7 @@ def build_library(functions: S.Function | S.Module | Sequence[S.Function], targe
     fns = list(functions.functions if isinstance(functions, S.Module)
                else [functions] if isinstance(functions, S.Function) else functions)
     started = time.perf_counter()
-    sigs = [signature(f) for f in fns]
-    for sig, f in zip(sigs, fns):
-        if f.reports_status:  # the kernel takes a status last, where its run-time checks report
-            sig["status"] = True
+    sigs = _signatures(fns)
     module = S.Module(tuple(transforms.lower(f) for f in fns))
     source = codegen_c(module, tgt) + extra_source
     generated = time.perf_counter()
@@ -142,13 +139,23 @@ class BuiltCudaLibrary:
     kernels: tuple[S.Function, ...]
 
 
+def _signatures(fns: Sequence[S.Function]) -> list[dict[str, Any]]:
+    """Each function's call signature; ``status`` where the kernel takes a status last, for
+    its run-time checks to report to."""
+    sigs = [signature(f) for f in fns]
+    for sig, f in zip(sigs, fns):
+        if f.reports_status:
+            sig["status"] = True
+    return sigs
+
+
 def build_cuda_library(functions: S.Function | S.Module | Sequence[S.Function], target: CudaTarget, *,
                        name: str | None = None, cache: BuildCache | None = None) -> BuiltCudaLibrary:
     """Lowers ``cuda_kernel`` functions, renders them as CUDA C++ and builds them with nvcc
     for ``target`` (cached by content, like CPU builds)."""
     fns = list(functions.functions if isinstance(functions, S.Module)
                else [functions] if isinstance(functions, S.Function) else functions)
-    sigs = [signature(f) for f in fns]
+    sigs = _signatures(fns)
     lowered = tuple(transforms.lower(f) for f in fns)
     source = codegen_cuda(S.Module(lowered), target)
     lib, resources = compile_cuda_library(source, target, name=name or fns[0].name, cache=cache,

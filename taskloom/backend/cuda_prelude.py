@@ -1,5 +1,6 @@
 """The helpers every generated CUDA file starts with: the scalar helpers the C-family
-renderer names (``tl_min_f32``, ``tl_bf16_to_f32``...), warp reductions, and the PTX of
+renderer names (``tl_min_f32``, ``tl_bf16_to_f32``...), the status that run-time index
+checks report to (device and host sides), warp reductions, and the PTX of
 ``cp.async``, ``ldmatrix`` and ``mma.sync`` (sm_80 and newer) as small inline functions."""
 
 CUDA_PRELUDE = r"""#include <cstdint>
@@ -21,6 +22,42 @@ TL_DEVICE int32_t tl_abs_i32(int32_t a) { return a < 0 ? -a : a; }
 TL_DEVICE int64_t tl_abs_i64(int64_t a) { return a < 0 ? -a : a; }
 TL_DEVICE float tl_sigmoid_f32(float x) { return 1.0f / (1.0f + expf(-x)); }
 TL_DEVICE double tl_sigmoid_f64(double x) { return 1.0 / (1.0 + exp(-x)); }
+// Run-time index checks report to a status in device memory that the launcher passes each
+// kernel with checks: the first failed check's number (in taskloom_checks, from 1), the value
+// and the valid range [low, high]. The thread whose compare-and-swap claims the status fills
+// it in; a bad index reads position 0, so no load leaves its tensor.
+typedef struct { long long check, value, low, high; } tl_status;
+static __device__ __noinline__ void tl_check_failed(tl_status* st, long long check, long long value,
+                                                    long long low, long long high) {
+  if (atomicCAS((unsigned long long*)&st->check, 0ull, ~0ull) == 0ull) {
+    st->value = value; st->low = low; st->high = high;
+    __threadfence();
+    atomicExch((unsigned long long*)&st->check, (unsigned long long)check);
+  }
+}
+TL_DEVICE int64_t tl_index(int64_t i, int64_t n, tl_status* st, long long check) {
+  if ((uint64_t)i >= (uint64_t)n) { tl_check_failed(st, check, i, 0, n - 1); return 0; }
+  return i;
+}
+TL_DEVICE int64_t tl_index_wrap(int64_t i, int64_t n, tl_status* st, long long check) {
+  int64_t w = i < 0 ? i + n : i;
+  if ((uint64_t)w >= (uint64_t)n) { tl_check_failed(st, check, i, -n, n - 1); return 0; }
+  return w;
+}
+// The host side of a status: a zeroed one in device memory, and reading it back after the
+// launches on a stream (zeroing it again when a check failed). Both return the CUDA error.
+extern "C" int taskloom_status_new(void** status) {
+  cudaError_t e = cudaMalloc(status, sizeof(tl_status));
+  return (int)(e != cudaSuccess ? e : cudaMemset(*status, 0, sizeof(tl_status)));
+}
+extern "C" int taskloom_status_take(void* status, tl_status* host, void* stream) {
+  cudaStream_t s = (cudaStream_t)stream;
+  cudaMemcpyAsync(host, status, sizeof(tl_status), cudaMemcpyDeviceToHost, s);
+  cudaError_t e = cudaStreamSynchronize(s);
+  if (e == cudaSuccess && host->check) e = cudaMemsetAsync(status, 0, sizeof(tl_status), s);
+  return (int)e;
+}
+
 TL_DEVICE float tl_bf16_to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
 TL_DEVICE __nv_bfloat16 tl_f32_to_bf16(float x) { return __float2bfloat16(x); }
 

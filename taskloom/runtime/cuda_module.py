@@ -26,6 +26,7 @@ from taskloom.errors import ArgumentError, TargetError
 from taskloom.ir import gpu
 from taskloom.ir import stmt as S
 from taskloom.runtime.signature import SCALAR_CTYPES, Param, parse_signature
+from taskloom.runtime.status import Status, raise_failure
 
 DEVICES = ("cuda", "emulator")
 
@@ -37,6 +38,7 @@ class CudaKernel:
         self.module, self.lowered = module, lowered
         sig = parse_signature(signature)
         self.name, self.params, self.symbol = sig.name, sig.params, signature["symbol"]
+        self.checks = bool(signature.get("status"))  # it takes a status last, for its index checks
         self.last_report: Any = None  # the emulator's counters of the last call
 
     def __repr__(self) -> str:
@@ -101,10 +103,11 @@ class CudaKernel:
         function = self.module.launcher(self.symbol)
         argv = [_device_pointer(self.name, p, v) if p.kind != "scalar" else _scalar(p, v)
                 for p, v in zip(self.params, values)]
-        code = function(*argv, ctypes.c_void_p(_current_stream()))
-        if code != 0:
-            raise ArgumentError(f"kernel '{self.name}' failed to launch: CUDA error {code} "
-                                "(cudaGetErrorName gives its name)")
+        stream = ctypes.c_void_p(_current_stream())
+        status = [self.module.device_status()] if self.checks else []
+        _cuda_call(self.name, "launch", function(*argv, *status, stream))
+        if self.checks:  # waits for the kernel: an index check may have failed
+            self.module.take_status(self.name, stream)
 
 
 class CudaModule:
@@ -123,6 +126,7 @@ class CudaModule:
         self.built, self.target, self.device = built, built.target, device
         self.source_path = built.source_path
         self._library: ctypes.CDLL | None = None
+        self._device_status: ctypes.c_void_p | None = None
         self.kernels = {sig["name"]: CudaKernel(self, sig, fn) for sig, fn in zip(built.signatures, built.kernels)}
 
     def __getitem__(self, name: str) -> CudaKernel:
@@ -133,13 +137,33 @@ class CudaModule:
     def __repr__(self) -> str:
         return f"<CudaModule {', '.join(self.kernels)} for {self.target.key()} on {self.device}>"
 
-    def launcher(self, symbol: str) -> Any:
-        """The built library's ``launch_<symbol>`` (the library is loaded on first use)."""
+    def library(self) -> ctypes.CDLL:
+        """The built library, loaded on first use."""
         if self._library is None:
             self._library = ctypes.CDLL(str(self.built.lib_path))
-        function = getattr(self._library, f"launch_{symbol}")
+        return self._library
+
+    def launcher(self, symbol: str) -> Any:
+        """The built library's ``launch_<symbol>``."""
+        function = getattr(self.library(), f"launch_{symbol}")
         function.restype = ctypes.c_int
         return function
+
+    def device_status(self) -> ctypes.c_void_p:
+        """The status in device memory that this module's index checks report to (made once)."""
+        if self._device_status is None:
+            pointer = ctypes.c_void_p()
+            _cuda_call("taskloom_status_new", "allocate a status", self.library().taskloom_status_new(ctypes.byref(pointer)))
+            self._device_status = pointer
+        return self._device_status
+
+    def take_status(self, kernel: str, stream: ctypes.c_void_p) -> None:
+        """Waits for ``stream`` and raises the :class:`IndexOutOfRange` of a failed check."""
+        host = Status()
+        _cuda_call(kernel, "read its status", self.library().taskloom_status_take(self.device_status(),
+                                                                                 ctypes.byref(host), stream))
+        if host.check:
+            raise_failure(host, self.library(), f"kernel '{kernel}' on the GPU")
 
 
 def _shape(a: Any) -> tuple[int, ...]:
@@ -172,6 +196,11 @@ def _device_pointer(kernel: str, p: Param, a: Any) -> ctypes.c_void_p:
         return ctypes.c_void_p(a.data_ptr())
     raise ArgumentError(f"kernel '{kernel}': argument '{p.name}' must be in GPU memory (a CUDA torch tensor or "
                         f"a CuPy array), got {type(a).__name__}; use device='emulator' for numpy arrays")
+
+
+def _cuda_call(kernel: str, what: str, code: int) -> None:
+    if code != 0:
+        raise ArgumentError(f"kernel '{kernel}' failed to {what}: CUDA error {code} (cudaGetErrorName gives its name)")
 
 
 def _scalar(p: Param, v: Any) -> Any:

@@ -48,15 +48,19 @@ def check_text(library: Any, number: int) -> str:
     return (table[number - 1] or b"?").decode()
 
 
-def raise_failure(status: Status, library: Any, where: str) -> None:
-    """Raises the :class:`IndexOutOfRange` that ``status`` holds, after zeroing it."""
-    number, value, low, high = status.check, status.value, status.low, status.high
-    ctypes.memset(ctypes.addressof(status), 0, ctypes.sizeof(status))
-    what = check_text(library, number)
+def out_of_range(what: str, value: int, low: int, high: int, where: str) -> IndexOutOfRange:
+    """The error of a failed check ``what``: ``value`` lies outside ``[low, high]``."""
     size = high + 1
     if size <= 0:
         valid = "none: the dimension is empty"
     else:
         valid = f"{low}..{high}" + (", negative ones counting from the end" if low < 0 else "")
-    raise IndexOutOfRange(f"{what} holds the index {value}, out of range for a dimension of size {size} "
-                          f"(valid indices: {valid}); found by {where}")
+    return IndexOutOfRange(f"{what} holds the index {value}, out of range for a dimension of size {size} "
+                           f"(valid indices: {valid}); found by {where}")
+
+
+def raise_failure(status: Status, library: Any, where: str) -> None:
+    """Raises the :class:`IndexOutOfRange` that ``status`` holds, after zeroing it."""
+    number, value, low, high = status.check, status.value, status.low, status.high
+    ctypes.memset(ctypes.addressof(status), 0, ctypes.sizeof(status))
+    raise out_of_range(check_text(library, number), value, low, high, where)

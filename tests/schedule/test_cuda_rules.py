@@ -9,6 +9,7 @@ import pytest
 
 import taskloom
 from taskloom import ops
+from taskloom.errors import IndexOutOfRange
 from taskloom.graph import Graph, input
 from taskloom.graph.fusion import fuse_graph
 from taskloom.ir import gpu
@@ -30,6 +31,21 @@ def graphs():
     yield "matmul_relu", Graph([x, w], [ops.relu(ops.matmul(x, w))]), lambda xs: np.maximum(xs[0] @ xs[1], 0)
     t = input((2, 3, 5), name="t")
     yield "transpose", Graph([t], [ops.transpose(t, 0, 2) * 2.0]), lambda xs: xs[0].transpose(2, 1, 0) * 2
+    table = input((7, 5), name="table")
+    yield "embedding", Graph([table], [ops.embedding(taskloom.asarray(IDS), table, wrap=True)]), \
+        lambda xs: xs[0][IDS]
+    yield "scatter_add", Graph([table], [ops.scatter(table, 0, taskloom.asarray(IDS[:, None].repeat(5, 1)),
+                                                     taskloom.asarray(np.ones((4, 5), np.float32)), "add", wrap=True)]), \
+        lambda xs: _scatter_add(xs[0], IDS)
+
+
+IDS = np.array([6, 0, -1, 3])
+
+
+def _scatter_add(table, ids):
+    out = table.copy()
+    np.add.at(out, ids, 1.0)
+    return out
 
 
 def _gelu(v):
@@ -64,3 +80,18 @@ def test_the_emulator_runs_each_kernel_to_numpys_answer(name, graph, reference):
     args = [by_input[id(t)] if id(t) in by_input else t.numpy() for t in group.inputs] + [out]  # constants too
     kernel(*args)
     np.testing.assert_allclose(out, reference(inputs), rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_a_bad_index_in_the_emulator_is_reported_as_on_the_device():
+    ids, table = input((4,), "int64", name="ids"), input((7, 5), name="table")
+    [group] = fuse_graph(Graph([ids, table], [ops.relu(ops.embedding(ids, table))]))
+    fn = schedule_task_cuda(group.task, A100)
+    module = taskloom.build(fn, target=A100, device="emulator")
+    assert "tl_index(" in module.source_path.read_text() and "taskloom_checks[]" in module.source_path.read_text()
+    kernel = module[fn.name]
+    weights, out = rng.standard_normal((7, 5)).astype(np.float32), np.zeros((4, 5), np.float32)
+    kernel(np.array([6, 0, 2, 3]), weights, out)
+    np.testing.assert_array_equal(out, np.maximum(weights[[6, 0, 2, 3]], 0))
+    with pytest.raises(IndexOutOfRange, match=r"embedding\(\): 'indices'.* index 7,.*valid indices: 0..6"):
+        kernel(np.array([6, 0, 7, -1]), weights, out)

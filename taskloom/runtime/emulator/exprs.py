@@ -13,7 +13,7 @@ import numpy as np
 
 from taskloom.ir import expr as E
 from taskloom.ir import gpu
-from taskloom.ir.dtypes import DataType, PointerType, TensorType, VectorType
+from taskloom.ir.dtypes import DataType, PointerType, TensorType, VectorType, int64
 from taskloom.ir.functor import collect
 from taskloom.runtime.emulator import memory, values, warp
 from taskloom.runtime.emulator.checks import EmulatorError
@@ -123,6 +123,24 @@ class ExprCompiler:
     def e_Broadcast(self, e: E.Broadcast) -> Fn:
         fv, lanes = self.expr(e.value), e.lanes
         return lambda st, m: np.repeat(fv(st, m)[:, None], lanes, axis=1)
+
+    def e_IndexCheck(self, e: E.IndexCheck) -> Fn:
+        """As ``tl_index`` on the device: a bad index on an active lane is the launch's
+        failure (the first one is kept) and reads position 0."""
+        fv, fn, what, wrap, t = self.expr(e.value), self.expr(e.extent), e.what, e.wrap, e.type
+
+        def f(st: Machine, m: Mask) -> np.ndarray:
+            st.count("arith", m, 2)
+            v, n = fv(st, m).astype(np.int64), fn(st, m).astype(np.int64)
+            w = np.where(v < 0, v + n, v) if wrap else v
+            bad = (w < 0) | (w >= n)
+            active = bad & m.m if bad.shape == m.m.shape else (bad & m.any)
+            if active.any() and st.failure is None:
+                k = int(np.flatnonzero(active)[0])
+                size = int(n[k] if n.shape[0] > 1 else n[0])
+                st.failure = (what, int(v[k] if v.shape[0] > 1 else v[0]), -size if wrap else 0, size - 1)
+            return values.cast(np.where(bad, 0, w), int64, t)
+        return f
 
     # ---- memory
     def buffer_of(self, tensor: E.Expr, indices: tuple[E.Expr, ...], what: str) -> tuple[str, DataType, Fn]:

@@ -18,6 +18,7 @@ from taskloom.runtime.emulator.exprs import ExprCompiler
 from taskloom.runtime.emulator.interpreter import Program
 from taskloom.runtime.emulator.machine import WARP, Machine
 from taskloom.runtime.emulator.report import EmulatorReport
+from taskloom.runtime.status import out_of_range
 
 #: Threads run together in one batch of blocks; larger grids run batch after batch.
 MAX_LANES = 1 << 16
@@ -48,6 +49,7 @@ def run_kernel(fn: S.Function, args: Sequence[Any] | Mapping[str, Any], *, check
     grid, block = report.grid, report.block
     blocks = grid[0] * grid[1] * grid[2]
     per_batch = max(1, MAX_LANES // (-(-block[0] * block[1] * block[2] // WARP) * WARP))
+    failure = None
     with np.errstate(all="ignore"):  # the device raises no floating-point or division traps
         for first in range(0, blocks, per_batch):
             count = min(per_batch, blocks - first)
@@ -55,8 +57,11 @@ def run_kernel(fn: S.Function, args: Sequence[Any] | Mapping[str, Any], *, check
             st.env.update(scalars)
             st.bufs.update(buffers)
             program.run(st)
+            failure = failure or st.failure
     if verbose:
         print(report.summary())
+    if failure is not None:  # as on the device: the launch completes, then its status is read
+        raise out_of_range(*failure, f"kernel '{fn.name}' in the SIMT emulator")
     return report
 
 

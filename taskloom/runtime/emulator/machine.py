@@ -53,6 +53,7 @@ class Machine:
     def __init__(self, kernel: str, grid: tuple[int, int, int], block: tuple[int, int, int],
                  first: int, count: int, check: bool, counters: Counters):
         self.kernel, self.grid, self.block, self.check, self.counters = kernel, grid, block, check, counters
+        self.failure: tuple[str, int, int, int] | None = None  # the first failed index check
         self.block_threads = block[0] * block[1] * block[2]
         self.padded = -(-self.block_threads // WARP) * WARP
         self.nblocks = count

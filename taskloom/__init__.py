@@ -51,7 +51,7 @@ def build(functions: "Function | IRModule | Sequence[Function]", target: Target 
 
 def compile(model: Any, example_inputs: Any = None, target: Target | str | None = None, *,  # noqa: A001
             tune: int = 0, fuse: bool = True, optimize: bool = True, verbose: bool = False,
-            budget: str | float | None = None, layout: str = "auto") -> "CompiledGraph":
+            budget: str | float | None = None, layout: str = "auto", device: str | None = None) -> "CompiledGraph":
     """Compiles a model into one native function: graph passes, operators fused, every kernel
     and a launcher in one shared library, intermediates in one planned arena.
 
@@ -69,6 +69,10 @@ def compile(model: Any, example_inputs: Any = None, target: Target | str | None 
     or seconds) bounds the tuning time: it stops with the best configs found so far.
     ``layout="auto"`` runs convolutions in NHWC where that pays (the inputs and outputs keep
     the model's layout); ``"NCHW"`` keeps the model's layout throughout.
+
+    For a CUDA target (``"cuda"``, ``"cuda:sm_90"``) the result runs on ``device="cuda"``
+    (the GPU, the default) or ``device="emulator"`` (every kernel in the SIMT emulator, on
+    the CPU); Graphs and ONNX models compile for CUDA so far.
     """
     from taskloom.compiler.graph_compiler import compile_graph
     from taskloom.graph import Graph
@@ -77,7 +81,7 @@ def compile(model: Any, example_inputs: Any = None, target: Target | str | None 
             raise ArgumentError(f"compile(): a Graph takes no example_inputs (got {example_inputs!r}); "
                                 "pass the target by keyword: compile(graph, target=...)")
         return compile_graph(model, target, tune=tune, fuse=fuse, optimize=optimize, verbose=verbose,
-                             budget=budget, layout=layout)
+                             budget=budget, layout=layout, device=device)
     kind = type(model).__module__.split(".")[0]
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(model, torch.nn.Module):
@@ -87,11 +91,14 @@ def compile(model: Any, example_inputs: Any = None, target: Target | str | None 
                             f"{type(model).__name__}, which is {'already compiled' if hasattr(model, 'save') else 'none of them'}")
     if isinstance(model, (str, os.PathLike)) or kind == "onnx":
         from taskloom.frontend.onnx import from_onnx
-        return from_onnx(model, target=target, tune=tune, budget=budget, layout=layout)
+        return from_onnx(model, target=target, tune=tune, budget=budget, layout=layout, device=device)
     if kind == "torch" or callable(model):
         if example_inputs is None:
             raise ArgumentError("compile(): a torch model needs example_inputs (a tensor or a tuple of tensors) "
                                 "to trace it")
+        if device is not None:
+            raise ArgumentError(f"compile(): device={device!r}: torch models compile for the CPU so far; "
+                                "export the model to ONNX to compile it for a CUDA target")
         from taskloom.frontend.torch import compile_module
         inputs = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
         return compile_module(model, tuple(inputs), target=target, tune=tune, budget=budget, layout=layout)

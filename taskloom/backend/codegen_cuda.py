@@ -145,6 +145,16 @@ class _CudaKernelCodegen(_FunctionCodegen):
         self.emit(0, "}")
 
 
+def cuda_param_type(p: E.Var) -> str:
+    """The CUDA C++ type of a kernel's buffer parameter ``p`` (without ``const``), which a
+    graph's launcher casts the ``void*`` of its tables to."""
+    t = p.type
+    if not isinstance(t, (TensorType, PointerType)):
+        raise CodegenError(f"parameter '{p.name}' is a {t!r} scalar; a compiled graph's kernels take buffers only")
+    base = t.dtype if isinstance(t, TensorType) else t.base
+    return f"{_HALF.get(base.name, None) or c_type(base, p.name)}*"  # type: ignore[union-attr]
+
+
 def _static_product(extents: tuple) -> int | None:
     total = 1
     for x in extents:

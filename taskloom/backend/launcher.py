@@ -13,6 +13,16 @@ failed, the launcher returns at once. A twin,
 
 runs the same calls and writes each kernel's wall time in milliseconds to ``ms[k]``: what
 ``CompiledGraph.profile`` and ``taskloom bench model --profile`` report.
+
+On a CUDA target the launcher is host code in the same ``.cu`` file, with device pointers
+throughout (the arena and ``st`` in device memory too), a stream, and the CUDA error code
+as its result (0 on success):
+
+    int taskloom_graph(void* const* w, void* const* in, void* const* out, char* arena, tl_status* st,
+                       void* stream)
+
+It enqueues every kernel's ``launch_<kernel>`` on ``stream`` and returns at once; the
+runtime reads ``st`` back when the stream is done.
 """
 from __future__ import annotations
 
@@ -41,6 +51,7 @@ class Call:
     args: tuple[Ref, ...]
     note: str = ""
     status: bool = False  # the kernel has run-time checks and takes the status last
+    types: tuple[str, ...] = ()  # each argument's C type, where the language needs casts (C++)
 
 
 def _invocation(c: Call) -> str:
@@ -67,3 +78,19 @@ def launcher_source(calls: Sequence[Call]) -> str:
 
 def _arg(r: Ref) -> str:
     return f"(void*)({r.c()})" if r.kind == "arena" else r.c()
+
+
+def cuda_launcher_source(calls: Sequence[Call]) -> str:
+    """The CUDA host code of a graph's launcher for ``calls`` (see above): each argument
+    cast to the type of the kernel's parameter, the first launch error returned."""
+    params = "void* const* w, void* const* in, void* const* out, char* arena, tl_status* st, void* stream"
+    lines = ["", f'extern "C" int {ENTRY}({params}) {{', "  int error;"]
+    for c in calls:
+        if len(c.types) != len(c.args):
+            raise ValueError(f"launcher: call of {c.symbol} has {len(c.args)} arguments and {len(c.types)} types")
+        args = [f"({t})({r.c()})" for r, t in zip(c.args, c.types)] + (["st"] if c.status else [])
+        if c.note:
+            lines.append(f"  // {c.note}")
+        lines.append(f"  if ((error = launch_{c.symbol}({', '.join([*args, 'stream'])}))) return error;")
+    lines += ["  return 0;", "}"]
+    return "\n".join(lines) + "\n"

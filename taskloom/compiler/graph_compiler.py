@@ -9,7 +9,8 @@ import numpy as np
 
 from taskloom.backend.build import build_library
 from taskloom.backend.codegen_c import c_symbol
-from taskloom.backend.launcher import Call, Ref, launcher_source
+from taskloom.backend.codegen_cuda import cuda_param_type
+from taskloom.backend.launcher import Call, Ref, cuda_launcher_source, launcher_source
 from taskloom.errors import TaskloomError
 from taskloom.graph.graph import Graph, GraphError
 from taskloom.graph.tensor import Tensor
@@ -19,7 +20,7 @@ from taskloom.runtime.library_file import record_source
 from taskloom.runtime.saved_file import graph_record
 from taskloom.runtime.memory_plan import Buffer, plan_memory
 from taskloom.compiler.drivers import schedule_kernel
-from taskloom.target import get_cpu_target
+from taskloom.target import CudaTarget, get_target
 from taskloom.tune.budget import Budget
 from taskloom.target.base import Target
 
@@ -33,122 +34,177 @@ def _nbytes(t: Tensor) -> int:
 
 def compile_graph(graph: Graph, target: Target | str | None = None, *, tune: int = 0, fuse: bool = True,
                   optimize: bool = True, verbose: bool = False, budget: str | float | None = None,
-                  layout: str = "auto") -> CompiledGraph:
+                  layout: str = "auto", device: str | None = None) -> Any:
     """Compiles ``graph`` for ``target`` (default: this machine) into one native function:
     graph passes (``optimize``), fusion (``fuse``), scheduling, memory planning, one build.
     ``layout="auto"`` runs convolutions in NHWC where that pays
     (:mod:`taskloom.compiler.passes.layout`); ``"NCHW"`` keeps the graph's own layout.
     The seconds each phase took are in ``meta["timings"]`` (passes, fusion, schedule with any
     tuning, codegen, cc). With ``tune`` > 0, ``budget`` (``"2m"``, seconds) bounds the
-    tuning: each kernel gets a share of what is left and keeps the best config so far."""
+    tuning: each kernel gets a share of what is left and keeps the best config so far.
+
+    A CUDA target (``"cuda"``, ``"cuda:sm_90"``) gives a
+    :class:`~taskloom.runtime.cuda_graph.CudaCompiledGraph` that runs on ``device``
+    ``"cuda"`` (the GPU, the default) or ``"emulator"`` (the SIMT emulator, on the CPU)."""
     started = time.perf_counter()
-    tgt = get_cpu_target(target, "taskloom.compile")
+    tgt = get_target(target)
+    cuda = isinstance(tgt, CudaTarget)
+    if device is not None and not cuda:
+        raise TaskloomError(f"compile(): device={device!r} applies to CUDA targets; {tgt.key()} runs on the CPU")
+    if cuda and device in (None, "cuda"):
+        from taskloom.runtime.cuda_module import require_gpu
+        require_gpu()  # before any work: without a GPU the error says to use the emulator
     clock = Budget(budget)  # checks the budget before any work
     if tune not in (0, 1, 2):
         raise TaskloomError(f"compile(): tune={tune!r} is not a tuning level; use 0 (defaults), 1 (a small "
                             "search) or 2 (the whole schedule space)")
-    timings: dict[str, float] = {}  # seconds per phase, in meta["timings"]
     if layout not in ("auto", "NCHW"):
         raise TaskloomError(f"compile(): layout={layout!r} is not a layout choice; use 'auto' (NHWC "
                             "convolutions where that pays) or 'NCHW' (the graph's own layout)")
-    if optimize:
-        from taskloom.compiler.passes import optimize as run_passes
-        graph = run_passes(graph)
-        if layout == "auto":
-            from taskloom.compiler.passes.layout import choose_layout
-            relaid = choose_layout(graph, tgt)
-            if relaid is not graph:
-                graph = run_passes(relaid)
+    timings: dict[str, float] = {}  # seconds per phase, in meta["timings"]
+    graph = _passes(graph, tgt, optimize, layout == "auto" and not cuda)
     timings["passes"] = time.perf_counter() - started
-    for t in graph.inputs:
-        if not all(isinstance(d, int) for d in t.shape):
-            raise GraphError(f"graph input '{t.name}' has a symbolic shape {t.shape}; compiled graphs are "
-                             "specialized to the shapes they were traced with")
     phase = time.perf_counter()
     groups = fuse_graph(graph) if fuse else [FusedGroup.single(n) for n in graph.nodes]
     timings["fusion"] = time.perf_counter() - phase
-
-    refs: dict[int, Ref] = {id(t): Ref("in", k) for k, t in enumerate(graph.inputs)}
-    # the constants the kernels read (a weight whose only reader takes it prepacked is
-    # dropped), numbered as they are first used
-    constants: list[np.ndarray] = []
-    graph_constants = {id(c): c for c in graph.constants}
-
-    def constant_ref(value: np.ndarray, key: int | None = None) -> Ref:
-        if key is not None and key in refs:
-            return refs[key]
-        constants.append(value)
-        ref = Ref("w", len(constants) - 1)
-        if key is not None:
-            refs[key] = ref
-        return ref
-
-    def ref_of(t: Tensor) -> Ref:
-        return constant_ref(t.numpy(), id(t)) if id(t) in graph_constants else refs[id(t)]
-
-    outputs_meta: list[dict[str, Any]] = []
-    for k, t in enumerate(graph.outputs):
-        spec = {"name": f"output{k}", "dtype": t.dtype.name, "shape": [int(d) for d in t.shape], "copy_of": None}
-        if id(t) in graph_constants:
-            ref_of(t)
-        if id(t) in refs:  # an input, a constant or an earlier output returned again: copied
-            r = refs[id(t)]
-            spec["copy_of"] = [r.kind, r.index]
-        else:
-            refs[id(t)] = Ref("out", k)
-        outputs_meta.append(spec)
-
-    # lifetimes of the intermediates, in group order
-    produced: dict[int, int] = {}
-    last_use: dict[int, int] = {}
-    tensors: dict[int, Tensor] = {}
-    for g, group in enumerate(groups):
-        for t in group.inputs:
-            last_use[id(t)] = g
-        for t in group.outputs:
-            produced[id(t)] = g
-            tensors[id(t)] = t
-    buffers = [Buffer(key, _nbytes(tensors[key]), g, max(last_use.get(key, g), g))
-               for key, g in produced.items() if key not in refs]
-    plan = plan_memory(buffers)
-    for key, offset in plan.offsets.items():
-        refs[key] = Ref("arena", offset)
+    places = _Places(graph, groups)
 
     # weights larger than the cores' L2 caches together leave each kernel's weight evicted by
     # the others' before its next call: kernels then prefetch their prepacked panels
-    weights_stream = sum(_nbytes(c) for c in graph.constants) > tgt.cache_bytes_between_kernels()
+    weights_stream = not cuda and sum(_nbytes(c) for c in graph.constants) > tgt.cache_bytes_between_kernels()
     phase = time.perf_counter()
     functions, calls, kernels = [], [], []
     for g, group in enumerate(groups):
         deadline = clock.deadline(tasks_left=len(groups) - g) if budget is not None else None
-        known = {k: t.numpy() for k, t in enumerate(group.inputs) if id(t) in graph_constants}
+        known = {k: t.numpy() for k, t in enumerate(group.inputs) if id(t) in places.graph_constants}
         scheduled = schedule_kernel(group.task, tgt, name=f"k{g}_{group.name}", tune=tune, deadline=deadline,
                                     constants=known, weights_stream=weights_stream)
         fn = scheduled.fn
         if len(fn.params) != len(scheduled.inputs) + len(group.outputs):
             raise TaskloomError(f"kernel {fn.name} has symbolic sizes; compiled graphs need static shapes")
         functions.append(fn)
-        args = tuple(ref_of(group.inputs[x]) if isinstance(x, int) else constant_ref(x) for x in scheduled.inputs) + \
-            tuple(refs[id(t)] for t in group.outputs)
-        calls.append(Call(c_symbol(fn.name), args, f"{group.name}: {' + '.join(group.ops)}", fn.reports_status))
-        kernels.append({"name": fn.name, "ops": group.ops, "category": group.category,
-                        "anchor": group.anchor.op if group.anchor is not None else group.ops[0],
-                        "schedule": f"{fn.attr('template')}: {fn.attr('config')}"
-                        + (", B prepacked" if fn.attr("prepacked_b") else "")
-                        + (" and prefetched" if fn.attr("prefetch_b") else "") if fn.attr("template")
-                        else "rule-based"})
+        args = tuple(places.ref_of(group.inputs[x]) if isinstance(x, int) else places.constant_ref(x)
+                     for x in scheduled.inputs) + tuple(places.refs[id(t)] for t in group.outputs)
+        types = tuple(cuda_param_type(p) for p in fn.params) if cuda else ()
+        calls.append(Call(c_symbol(fn.name), args, f"{group.name}: {' + '.join(group.ops)}", fn.reports_status,
+                          types))
+        kernels.append(_kernel_meta(fn, group))
     timings["schedule"] = time.perf_counter() - phase
-    arrays = [np.ascontiguousarray(c) for c in constants]
+    arrays = [np.ascontiguousarray(c) for c in places.constants]
     meta = {"inputs": [{"name": t.name, "dtype": t.dtype.name, "shape": [int(d) for d in t.shape]}
                        for t in graph.inputs],
-            "outputs": outputs_meta, "arena_bytes": plan.arena_bytes, "memory": plan.describe(),
-            "kernels": kernels, "target": tgt.to_dict(), "status": True}  # status: see backend.launcher
+            "outputs": places.outputs_meta, "arena_bytes": places.plan.arena_bytes,
+            "memory": places.plan.describe(), "kernels": kernels, "target": tgt.to_dict(),
+            "status": True}  # status: see backend.launcher
+    if cuda:
+        compiled = _finish_cuda(functions, calls, tgt, meta, arrays, timings, device or "cuda")
+    else:
+        compiled = _finish_cpu(functions, calls, tgt, meta, arrays, timings)
+    if verbose:
+        print(f"compiled {len(graph.nodes)} operators into {len(groups)} kernels in "
+              f"{time.perf_counter() - started:.2f} s; {places.plan.describe()}")
+    return compiled
+
+
+def _passes(graph: Graph, tgt: Target, optimize: bool, relayout: bool) -> Graph:
+    """The graph passes, and the layout pass where asked; inputs must have static shapes."""
+    if optimize:
+        from taskloom.compiler.passes import optimize as run_passes
+        graph = run_passes(graph)
+        if relayout:
+            from taskloom.compiler.passes.layout import choose_layout
+            relaid = choose_layout(graph, tgt)
+            if relaid is not graph:
+                graph = run_passes(relaid)
+    for t in graph.inputs:
+        if not all(isinstance(d, int) for d in t.shape):
+            raise GraphError(f"graph input '{t.name}' has a symbolic shape {t.shape}; compiled graphs are "
+                             "specialized to the shapes they were traced with")
+    return graph
+
+
+class _Places:
+    """Where every tensor of a compiled graph lives: an input, an output, a constant (numbered
+    as first used; a weight whose only reader takes it prepacked is never numbered) or an
+    offset in the arena of intermediates, planned from the groups' lifetimes."""
+
+    def __init__(self, graph: Graph, groups: list[FusedGroup]):
+        self.refs: dict[int, Ref] = {id(t): Ref("in", k) for k, t in enumerate(graph.inputs)}
+        self.constants: list[np.ndarray] = []
+        self.graph_constants = {id(c): c for c in graph.constants}
+        self.outputs_meta: list[dict[str, Any]] = []
+        for k, t in enumerate(graph.outputs):
+            spec = {"name": f"output{k}", "dtype": t.dtype.name, "shape": [int(d) for d in t.shape],
+                    "copy_of": None}
+            if id(t) in self.graph_constants:
+                self.ref_of(t)
+            if id(t) in self.refs:  # an input, a constant or an earlier output returned again: copied
+                r = self.refs[id(t)]
+                spec["copy_of"] = [r.kind, r.index]
+            else:
+                self.refs[id(t)] = Ref("out", k)
+            self.outputs_meta.append(spec)
+        self.plan = self._plan(groups)
+
+    def _plan(self, groups: list[FusedGroup]) -> Any:
+        """Arena offsets for the intermediates, from their lifetimes in group order."""
+        produced: dict[int, int] = {}
+        last_use: dict[int, int] = {}
+        tensors: dict[int, Tensor] = {}
+        for g, group in enumerate(groups):
+            for t in group.inputs:
+                last_use[id(t)] = g
+            for t in group.outputs:
+                produced[id(t)] = g
+                tensors[id(t)] = t
+        buffers = [Buffer(key, _nbytes(tensors[key]), g, max(last_use.get(key, g), g))
+                   for key, g in produced.items() if key not in self.refs]
+        plan = plan_memory(buffers)
+        for key, offset in plan.offsets.items():
+            self.refs[key] = Ref("arena", offset)
+        return plan
+
+    def constant_ref(self, value: np.ndarray, key: int | None = None) -> Ref:
+        if key is not None and key in self.refs:
+            return self.refs[key]
+        self.constants.append(value)
+        ref = Ref("w", len(self.constants) - 1)
+        if key is not None:
+            self.refs[key] = ref
+        return ref
+
+    def ref_of(self, t: Tensor) -> Ref:
+        return self.constant_ref(t.numpy(), id(t)) if id(t) in self.graph_constants else self.refs[id(t)]
+
+
+def _kernel_meta(fn: Any, group: FusedGroup) -> dict[str, Any]:
+    """What ``meta["kernels"]`` says of one kernel: its operators and how it was scheduled."""
+    return {"name": fn.name, "ops": group.ops, "category": group.category,
+            "anchor": group.anchor.op if group.anchor is not None else group.ops[0],
+            "schedule": f"{fn.attr('template')}: {fn.attr('config')}"
+            + (", B prepacked" if fn.attr("prepacked_b") else "")
+            + (" and prefetched" if fn.attr("prefetch_b") else "") if fn.attr("template")
+            else "rule-based"}
+
+
+def _finish_cpu(functions: list, calls: list[Call], tgt: Target, meta: dict[str, Any], arrays: list[np.ndarray],
+                timings: dict[str, float]) -> CompiledGraph:
+    """One C library: the kernels, the launcher and the record a saved file is checked against."""
     record = record_source(graph_record(meta, [(c.dtype.name, c.shape) for c in arrays]))
     lib = build_library(functions, tgt, name="graph", extra_source=launcher_source(calls) + record,
                         timings=timings, load_check=True)
     meta.update(source=str(lib.source_path), timings=timings)
-    compiled = CompiledGraph(lib.lib_path, meta, arrays)
-    if verbose:
-        print(f"compiled {len(graph.nodes)} operators into {len(groups)} kernels in "
-              f"{time.perf_counter() - started:.2f} s; {plan.describe()}")
-    return compiled
+    return CompiledGraph(lib.lib_path, meta, arrays)
+
+
+def _finish_cuda(functions: list, calls: list[Call], tgt: Any, meta: dict[str, Any], arrays: list[np.ndarray],
+                 timings: dict[str, float], device: str) -> Any:
+    """One CUDA library: the kernels and the host launcher, run on ``device``."""
+    from taskloom.backend.build import build_cuda_library
+    from taskloom.runtime.cuda_graph import CudaCompiledGraph
+    built = build_cuda_library(functions, tgt, name="graph", extra_source=cuda_launcher_source(calls),
+                               timings=timings)
+    meta.update(source=str(built.source_path), timings=timings,
+                calls=[{"kernel": f.name, "args": [[r.kind, r.index] for r in c.args]}
+                       for f, c in zip(functions, calls)])
+    return CudaCompiledGraph(built, meta, arrays, device)

@@ -138,7 +138,7 @@ def _first_lines(e: Exception, limit: int = 6) -> str:
 def from_onnx(path_or_model: Any, input_shapes: InputShapes = None, *,
               constants: Mapping[str, Any] | None = None, target: "Target | str | None" = None,
               verbose: bool = False, tune: int = 0, budget: "str | float | None" = None,
-              layout: str = "auto") -> "CompiledGraph":
+              layout: str = "auto", device: str | None = None) -> "CompiledGraph":
     """Converts an ONNX model (a path, bytes or an ``onnx.ModelProto``) and compiles it for
     ``target`` (default: this machine).
 
@@ -148,11 +148,11 @@ def from_onnx(path_or_model: Any, input_shapes: InputShapes = None, *,
     ``Slice`` bounds the model takes as inputs): ``{"shape": np.array([2, -1])}``; they are
     no longer inputs of the compiled model. When a model needs that, the error says which
     inputs (also as ``error.constant_inputs``). The compiled model is called with the
-    remaining inputs (initializers excluded) in order. ``tune``, ``budget`` and ``layout``
-    are :func:`taskloom.compile`'s."""
+    remaining inputs (initializers excluded) in order. ``tune``, ``budget``, ``layout`` and
+    ``device`` are :func:`taskloom.compile`'s."""
     from taskloom.compiler.graph_compiler import compile_graph
     return compile_graph(onnx_to_graph(path_or_model, input_shapes, constants=constants), target,
-                         verbose=verbose, tune=tune, budget=budget, layout=layout)
+                         verbose=verbose, tune=tune, budget=budget, layout=layout, device=device)
 
 
 # ----------------------------------------------------------------------------- the conversion

@@ -118,11 +118,7 @@ class CudaModule:
             raise TargetError(f"device={device!r} is not a CUDA device; use 'cuda' (the GPU) or 'emulator' "
                               "(the SIMT emulator, on the CPU)")
         if device == "cuda":
-            from taskloom.target.cuda import _read_device
-            if _read_device(0) is None:
-                raise TargetError("device='cuda' needs an NVIDIA GPU with its driver, and none was found; "
-                                  "pass device='emulator' to run these kernels on the CPU in taskloom's "
-                                  "SIMT emulator")
+            require_gpu()
         self.built, self.target, self.device = built, built.target, device
         self.source_path = built.source_path
         self._library: ctypes.CDLL | None = None
@@ -164,6 +160,14 @@ class CudaModule:
                                                                                  ctypes.byref(host), stream))
         if host.check:
             raise_failure(host, self.library(), f"kernel '{kernel}' on the GPU")
+
+
+def require_gpu() -> None:
+    """A :class:`TargetError` unless this machine has an NVIDIA GPU with its driver."""
+    from taskloom.target.cuda import _read_device
+    if _read_device(0) is None:
+        raise TargetError("device='cuda' needs an NVIDIA GPU with its driver, and none was found; "
+                          "pass device='emulator' to run on the CPU in taskloom's SIMT emulator")
 
 
 def _shape(a: Any) -> tuple[int, ...]:
@@ -216,4 +220,4 @@ def _current_stream() -> int:
     return 0
 
 
-__all__ = ["CudaKernel", "CudaModule", "DEVICES"]
+__all__ = ["CudaKernel", "CudaModule", "DEVICES", "require_gpu"]

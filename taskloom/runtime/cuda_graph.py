@@ -1,0 +1,172 @@
+"""A graph compiled for a CUDA target, run on the GPU or in the SIMT emulator.
+
+``taskloom.compile(model, target="cuda:sm_90", device=...)`` returns a
+:class:`CudaCompiledGraph`. Both devices run the kernels of one nvcc-built library, in the
+graph launcher's order, with the same memory plan:
+
+- ``device="cuda"``: one call of the library's ``taskloom_graph`` enqueues every kernel on
+  torch's current stream. Constants are copied to the GPU once; the arena of intermediates
+  and the status of the index checks live there too. Inputs are CUDA tensors (or anything
+  DLPack gives torch; host arrays are copied over), outputs are new CUDA tensors. The call
+  waits for the stream only to read the status back.
+- ``device="emulator"``: each kernel runs from its lowered IR in the emulator, on numpy
+  arrays (the arena is one byte array; each intermediate a view of it at its offset), so a
+  model's CUDA kernels are checked on any machine. Outputs are numpy arrays.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Sequence
+
+import numpy as np
+
+from taskloom.backend.build import BuiltCudaLibrary
+from taskloom.errors import ArgumentError, TaskloomError
+from taskloom.ir.dtypes import TensorType, dtype as ir_dtype
+from taskloom.runtime.cuda_module import DEVICES, require_gpu
+
+ENTRY = "taskloom_graph"
+
+
+class CudaCompiledGraph:
+    """Call it with one array per graph input; it returns the outputs (one, or a tuple)."""
+
+    def __init__(self, built: BuiltCudaLibrary, meta: dict[str, Any], constants: Sequence[np.ndarray],
+                 device: str = "cuda"):
+        if device not in DEVICES:
+            raise TaskloomError(f"device={device!r} is not a CUDA device; use 'cuda' (the GPU) or 'emulator' "
+                                "(the SIMT emulator, on the CPU)")
+        self.built, self.meta, self.device = built, meta, device
+        self.inputs, self.outputs = meta["inputs"], meta["outputs"]
+        self.constants = list(constants)
+        self.source_path = built.source_path
+        self._kernels = {f.name: f for f in built.kernels}
+        self._lock = threading.Lock()  # one arena: calls run one at a time
+        self._gpu: _GpuState | None = _GpuState(self) if device == "cuda" else None
+        self._arena = np.zeros(int(meta["arena_bytes"]) + 64, np.uint8) if device == "emulator" else None
+        self.last_reports: list[Any] = []  # the emulator's counters of each kernel of the last call
+
+    def __repr__(self) -> str:
+        return f"<CudaCompiledGraph of {len(self.meta['kernels'])} kernels for {self.built.target.key()} on {self.device}>"
+
+    def __call__(self, *args: Any) -> Any:
+        if len(args) != len(self.inputs):
+            names = ", ".join(i["name"] for i in self.inputs)
+            raise ArgumentError(f"the compiled graph takes {len(self.inputs)} inputs ({names}), got {len(args)}")
+        with self._lock:
+            outs = self._run_gpu(args) if self._gpu is not None else self._run_emulator(args)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def save(self, path: Any) -> None:
+        raise TaskloomError("saving a graph compiled for a CUDA target is not supported yet; compile it again "
+                            "where it runs (builds are cached, so that is quick)")
+
+    # ------------------------------------------------------------------ the emulator
+    def _run_emulator(self, args: Sequence[Any]) -> list[np.ndarray]:
+        from taskloom.runtime.emulator import run_kernel
+        tables = {"w": self.constants, "in": [self._host_input(k, a) for k, a in enumerate(args)],
+                  "out": [np.empty(o["shape"], _numpy(o["dtype"])) for o in self.outputs]}
+        self.last_reports = []
+        for call in self.meta["calls"]:
+            fn = self._kernels[call["kernel"]]
+            values = [self._emulator_arg(tables, kind, index, p) for (kind, index), p in zip(call["args"], fn.params)]
+            self.last_reports.append(run_kernel(fn, values))
+        return self._copies(tables)
+
+    def _emulator_arg(self, tables: dict[str, list[np.ndarray]], kind: str, index: int, p: Any) -> np.ndarray:
+        if kind != "arena":
+            return tables[kind][index]
+        t: TensorType = p.type
+        storage = _numpy(t.dtype.name)
+        count = int(np.prod([int(d.value) for d in t.shape]))  # type: ignore[attr-defined]
+        assert self._arena is not None
+        return self._arena[index:index + count * storage.itemsize].view(storage)
+
+    def _host_input(self, k: int, a: Any) -> np.ndarray:
+        spec = self.inputs[k]
+        arr = a.detach().cpu().numpy() if hasattr(a, "detach") else np.asarray(a)
+        want = _numpy(spec["dtype"])
+        if arr.dtype != want or tuple(arr.shape) != tuple(spec["shape"]):
+            raise ArgumentError(f"input '{spec['name']}' must be {spec['dtype']} of shape {tuple(spec['shape'])}, "
+                                f"got {arr.dtype} of shape {tuple(arr.shape)}")
+        return np.ascontiguousarray(arr)
+
+    def _copies(self, tables: dict[str, list[Any]]) -> list[Any]:
+        """The outputs, with those that repeat an input, a constant or an earlier output copied."""
+        outs = tables["out"]
+        for k, spec in enumerate(self.outputs):
+            if spec["copy_of"] is not None:
+                kind, index = spec["copy_of"]
+                source = tables[kind][index]
+                outs[k] = source.clone() if hasattr(source, "clone") else np.array(source)
+        return outs
+
+    # ------------------------------------------------------------------ the GPU
+    def _run_gpu(self, args: Sequence[Any]) -> list[Any]:
+        gpu = self._gpu
+        assert gpu is not None
+        torch = gpu.torch
+        ins = [gpu.device_input(spec, a) for spec, a in zip(self.inputs, args)]
+        outs = [torch.empty(o["shape"], dtype=gpu.torch_dtype(o["dtype"]), device="cuda") for o in self.outputs]
+        gpu.launch(ins, outs)
+        return self._copies({"w": gpu.constants, "in": ins, "out": outs})
+
+
+class _GpuState:
+    """What a graph keeps on the GPU: its constants, arena and status, and the loaded library."""
+
+    def __init__(self, graph: CudaCompiledGraph):
+        import ctypes
+        require_gpu()
+        try:
+            import torch
+        except ImportError:
+            raise TaskloomError("device='cuda' runs compiled graphs through PyTorch's CUDA tensors; install "
+                                "torch with CUDA, or use device='emulator'") from None
+        if not torch.cuda.is_available():
+            raise TaskloomError("device='cuda' needs torch with CUDA, and torch.cuda.is_available() is False")
+        from taskloom.runtime.cuda_module import CudaModule
+        self.torch, self.ctypes = torch, ctypes
+        self.module = CudaModule(graph.built, "cuda")
+        self.constants = [torch.from_numpy(np.ascontiguousarray(c)).cuda() for c in graph.constants]
+        self.arena = torch.empty(int(graph.meta["arena_bytes"]) + 256, dtype=torch.uint8, device="cuda")
+        self.entry = getattr(self.module.library(), ENTRY)
+        self.entry.restype = ctypes.c_int
+        self.entry.argtypes = [ctypes.c_void_p] * 6
+        self._w = _pointer_table(ctypes, [c.data_ptr() for c in self.constants])
+
+    def torch_dtype(self, name: str) -> Any:
+        return getattr(self.torch, name if name != "bool" else "bool")
+
+    def device_input(self, spec: dict[str, Any], a: Any) -> Any:
+        torch = self.torch
+        t = a if isinstance(a, torch.Tensor) else torch.from_dlpack(a) if hasattr(a, "__dlpack__") else \
+            torch.from_numpy(np.asarray(a))
+        if str(t.dtype).replace("torch.", "") != spec["dtype"] or tuple(t.shape) != tuple(spec["shape"]):
+            raise ArgumentError(f"input '{spec['name']}' must be {spec['dtype']} of shape {tuple(spec['shape'])}, "
+                                f"got {t.dtype} of shape {tuple(t.shape)}")
+        return t.to("cuda").contiguous()
+
+    def launch(self, ins: list[Any], outs: list[Any]) -> None:
+        ctypes = self.ctypes
+        stream = ctypes.c_void_p(int(self.torch.cuda.current_stream().cuda_stream))
+        arena = (self.arena.data_ptr() + 255) // 256 * 256
+        code = self.entry(self._w, _pointer_table(ctypes, [t.data_ptr() for t in ins]),
+                          _pointer_table(ctypes, [t.data_ptr() for t in outs]), ctypes.c_void_p(arena),
+                          self.module.device_status(), stream)
+        if code != 0:
+            raise TaskloomError(f"the compiled graph failed to launch: CUDA error {code} (cudaGetErrorName gives its name)")
+        self.module.take_status("the compiled graph", stream)
+
+
+def _pointer_table(ctypes: Any, pointers: list[int]) -> Any:
+    return (ctypes.c_void_p * max(len(pointers), 1))(*pointers)
+
+
+def _numpy(name: str) -> np.dtype:
+    """The numpy storage of a taskloom dtype (bfloat16 as its 16 bits)."""
+    from taskloom.runtime.emulator.values import storage
+    return storage(ir_dtype(name))
+
+
+__all__ = ["CudaCompiledGraph"]

@@ -1,0 +1,96 @@
+"""Graphs compiled for a CUDA target: one nvcc-built library of kernels and a host launcher,
+run in the SIMT emulator on every machine (and on the GPU under ``-m cuda``), checked
+against the CPU compiler and against torch on a small transformer exported to ONNX."""
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+import taskloom
+from taskloom import ops
+from taskloom.errors import IndexOutOfRange, TaskloomError
+from taskloom.graph import Graph, input
+
+pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+TARGET = "cuda:sm_90"
+rng = np.random.default_rng(0)
+
+
+def const(*shape):
+    return taskloom.asarray(rng.standard_normal(shape).astype(np.float32))
+
+
+def mlp() -> Graph:
+    """Two layers, a softmax, and a second output that is an intermediate of the first."""
+    x = input((4, 16), name="x")
+    h = ops.relu(ops.matmul(x, const(16, 32)) + const(32))
+    return Graph([x], [ops.softmax(ops.matmul(h, const(32, 8)), axis=-1), h])
+
+
+def test_a_graph_runs_in_the_emulator_as_on_the_cpu():
+    graph = mlp()
+    model = taskloom.compile(graph, target=TARGET, device="emulator")
+    x = rng.standard_normal((4, 16)).astype(np.float32)
+    for got, want in zip(model(x), taskloom.compile(graph)(x)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    source = model.source_path.read_text()
+    assert 'extern "C" int taskloom_graph(' in source and source.count("launch_k") >= 2 * 3
+    assert len(model.last_reports) == len(model.meta["kernels"]) == 3
+
+
+def test_bad_inputs_and_unsupported_uses_are_clear_errors():
+    model = taskloom.compile(mlp(), target=TARGET, device="emulator")
+    with pytest.raises(TaskloomError, match="input 'x' must be float32 of shape"):
+        model(np.zeros((4, 15), np.float32))
+    with pytest.raises(TaskloomError, match="takes 1 inputs"):
+        model()
+    with pytest.raises(TaskloomError, match="not supported yet"):
+        model.save("/tmp/never.tlm")
+    with pytest.raises(TaskloomError, match="device='gpu' is not a CUDA device"):
+        taskloom.compile(mlp(), target=TARGET, device="gpu")
+    with pytest.raises(TaskloomError, match="applies to CUDA targets"):
+        taskloom.compile(mlp(), device="emulator")
+
+
+def test_a_bad_index_in_a_cuda_graph_raises_and_the_model_stays_usable():
+    ids = input((2, 3), "int64", name="ids")
+    table = const(10, 4)
+    model = taskloom.compile(Graph([ids], [ops.relu(ops.embedding(ids, table))]), target=TARGET, device="emulator")
+    good = np.array([[9, 0, 3], [1, 1, 2]])
+    want = np.maximum(table.numpy()[good], 0)
+    np.testing.assert_array_equal(model(good), want)
+    with pytest.raises(IndexOutOfRange, match=r"embedding\(\).*index 10,"):
+        model(np.array([[9, 0, 10], [1, 1, 2]]))
+    np.testing.assert_array_equal(model(good), want)
+
+
+def _encoder_onnx():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("onnx")
+    from tests.frontend.test_onnx import Encoder, export
+    torch.manual_seed(0)
+    module = Encoder().eval()
+    x = torch.randn(1, 8, 32)
+    return module, x, export(module, x, "torchscript")
+
+
+def test_a_transformer_layer_from_onnx_matches_torch_in_the_emulator():
+    torch = pytest.importorskip("torch")
+    module, x, model = _encoder_onnx()
+    compiled = taskloom.compile(model, target=TARGET, device="emulator")
+    with torch.no_grad():
+        want = module(x).numpy()
+    np.testing.assert_allclose(compiled(x.numpy()), want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.cuda
+def test_on_the_gpu_a_graph_matches_the_emulator():
+    torch = pytest.importorskip("torch")
+    graph = mlp()
+    x = rng.standard_normal((4, 16)).astype(np.float32)
+    on_gpu = taskloom.compile(graph, target="cuda", device="cuda")(torch.from_numpy(x).cuda())
+    in_emulator = taskloom.compile(graph, target="cuda", device="emulator")(x)
+    for got, want in zip(on_gpu, in_emulator):
+        np.testing.assert_allclose(got.cpu().numpy(), want, rtol=1e-5, atol=1e-6)

@@ -31,6 +31,10 @@ def graphs():
     yield "matmul_relu", Graph([x, w], [ops.relu(ops.matmul(x, w))]), lambda xs: np.maximum(xs[0] @ xs[1], 0)
     t = input((2, 3, 5), name="t")
     yield "transpose", Graph([t], [ops.transpose(t, 0, 2) * 2.0]), lambda xs: xs[0].transpose(2, 1, 0) * 2
+    long = input((3, 2, 1500), name="long")
+    yield "layer_norm_block_rows", Graph([long], [ops.layer_norm(long, (1500,))]), \
+        lambda xs: (xs[0] - xs[0].mean(-1, keepdims=True)) / np.sqrt(xs[0].var(-1, keepdims=True) + 1e-5)
+    yield "max_last_axis", Graph([x], [ops.max(x, axis=-1)]), lambda xs: xs[0].max(axis=-1)
     table = input((7, 5), name="table")
     yield "embedding", Graph([table], [ops.embedding(taskloom.asarray(IDS), table, wrap=True)]), \
         lambda xs: xs[0][IDS]
@@ -95,3 +99,26 @@ def test_a_bad_index_in_the_emulator_is_reported_as_on_the_device():
     np.testing.assert_array_equal(out, np.maximum(weights[[6, 0, 2, 3]], 0))
     with pytest.raises(IndexOutOfRange, match=r"embedding\(\): 'indices'.* index 7,.*valid indices: 0..6"):
         kernel(np.array([6, 0, 7, -1]), weights, out)
+
+
+ROWS = {"softmax": "a warp a row", "layer_norm_block_rows": "a block a row", "max_last_axis": "a warp a row",
+        "matmul_relu": "a thread an element", "bias_gelu": "a thread an element"}
+
+
+@pytest.mark.parametrize("name", sorted(ROWS))
+def test_row_reductions_take_a_warp_or_a_block_a_row(name):
+    graph = next(g for n, g, _ in CASES if n == name)
+    [group] = fuse_graph(graph)
+    assert ROWS[name] in schedule_task_cuda(group.task, A100).attr("doc")
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_a_row_per_warp_reads_each_element_once_and_coalesced():
+    x = input((64, 256), name="x")
+    [group] = fuse_graph(Graph([x], [ops.softmax(x, axis=-1)]))
+    fn = schedule_task_cuda(group.task, A100)
+    out = np.zeros((64, 256), np.float32)
+    report = taskloom.build(fn, target=A100, device="emulator")[fn.name](rng.standard_normal((64, 256)).astype(np.float32), out)
+    c = report.counters
+    # three passes over each row (max, sum, the elements), 8 warp requests a pass, 4 sectors each
+    assert c.global_load_requests == 64 * 3 * 8 and c.global_load_sectors == 4 * c.global_load_requests

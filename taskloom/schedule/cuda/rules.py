@@ -1,17 +1,18 @@
 """The CUDA rule-based scheduler: any task becomes a correct CUDA kernel, with no schedule
 written for any operator.
 
-The rules, the simplest that serve every task:
-- One thread per element of the largest output, 256 threads a block, consecutive threads on
-  consecutive elements (so a warp's loads and stores of a row-major tensor coalesce); a
-  thread past the end does nothing, so any size works.
-- Every node that is not an output is inlined into its readers; reductions are computed by
-  the thread that needs them, in a loop over their axes, into a register.
+The rules:
+- A row reduction (softmax, layer_norm, a sum over the last axes: reductions that depend
+  only on the output's leading axes) gets a warp or a block per row
+  (:mod:`taskloom.schedule.cuda.rows`).
+- Any other task gets one thread per element of the largest output, 256 threads a block,
+  consecutive threads on consecutive elements (so a warp's loads and stores of a row-major
+  tensor coalesce); a thread past the end does nothing, so any size works. Its reductions
+  are computed by the thread that needs them, in a loop over their axes, into a register.
+- Every node that is not an output is inlined into its readers.
 
-This is correct for every task and fast for injective ones (elementwise, broadcast,
-layout changes). A row reduction recomputed per element is not; reductions with one row
-per warp or per block (softmax, layer_norm) and the tensor-core templates take their
-tasks from this scheduler as they come.
+This is correct for every task, and fast for injective ones and row reductions; the
+contractions (matmul, convolution) wait for their templates.
 """
 from __future__ import annotations
 
@@ -26,11 +27,10 @@ from taskloom.ir.compute import GridCompute, ReduceCompute, Task, TensorInput
 from taskloom.ir.dtypes import DataType, index_type
 from taskloom.ir.functor import Rewriter, collect, substitute
 from taskloom.ir.index import prod, unravel
+from taskloom.schedule.cuda.rows import BLOCK, WARP_ROW_MAX, _Row, row_axes
 from taskloom.target.cuda import CudaTarget
 from taskloom.transforms.names import NameGen
 
-#: Threads a block: eight warps, enough to hide memory latency with several blocks an SM.
-BLOCK = 256
 _INIT = {"sum": 0.0, "mean": 0.0, "max": -math.inf, "min": math.inf, "prod": 1.0}
 _COMBINE = {"sum": "add", "mean": "add", "max": "max", "min": "min", "prod": "mul"}
 
@@ -88,8 +88,8 @@ class _Replace(Rewriter):
         return self.new if node is self.old or node == self.old else super().visit(node)
 
 
-def schedule_task_cuda(task: Task, target: CudaTarget, name: str | None = None) -> S.Function:
-    """The CUDA kernel of ``task``, scheduled by rules (see the module docstring)."""
+def _parameters(task: Task) -> tuple[NameGen, list[E.Var], dict[E.Expr, E.Var]]:
+    """The kernel's parameters (the task's symbols, inputs and outputs) and their names."""
     names = NameGen(S.SeqStmt(()))
     params: list[E.Var] = list(task.symbols())
     names.used.update(v.name for v in params)
@@ -97,6 +97,17 @@ def schedule_task_cuda(task: Task, target: CudaTarget, name: str | None = None) 
     for t in (*task.inputs, *task.outputs):
         tensors[t] = E.Var(names.fresh(t.name), t.type)  # fused groups may repeat a name
         params.append(tensors[t])
+    return names, params, tensors
+
+
+def schedule_task_cuda(task: Task, target: CudaTarget, name: str | None = None) -> S.Function:
+    """The CUDA kernel of ``task``, scheduled by rules (see the module docstring)."""
+    if len(task.outputs) == 1 and task.outputs[0].shape:
+        out = task.outputs[0]
+        split = row_axes(_Inline({t: t for t in task.inputs}).visit(out.value), out.axes)
+        if split is not None:
+            return _rows_kernel(task, split, name)
+    names, params, tensors = _parameters(task)
     sizes = [simplify_expr(E.as_expr(prod(o.shape))) for o in task.outputs]
     total = sizes[0]
     for s in sizes[1:]:
@@ -116,3 +127,47 @@ def _element(out: GridCompute, tensors: dict[E.Expr, E.Var], i: E.Var, names: Na
     value = _Inline(tensors).visit(substitute(out.value, dict(zip(out.axes, idx))))
     value, pre = _reduce_serially(value, names)
     return S.seq([*pre, S.BufferStore(tensors[out], tuple(idx), value)])
+
+
+def _static_size(shape: tuple) -> int:
+    """The number of elements of ``shape``; past any bound when it is symbolic."""
+    n = simplify_expr(E.as_expr(prod(shape)))
+    return int(n.value) if isinstance(n, E.Constant) else 1 << 62
+
+
+def _rows_kernel(task: Task, split: int, name: str | None) -> S.Function:
+    """A row reduction with a warp (or a block) per row: the rows are the output's first
+    ``split`` axes, the row's elements the rest (one axis, or none), each warp of a block
+    takes a row, or the whole block does (see ``rows``)."""
+    names, params, tensors = _parameters(task)
+    out = task.outputs[0]
+    whole = _Inline(tensors).visit(out.value)
+    longest = max(_static_size(r.shape) for r in collect(whole, ReduceCompute))  # type: ignore[attr-defined]
+    threads = gpu.WARP_SIZE if longest <= WARP_ROW_MAX else BLOCK
+    per_block = BLOCK // threads
+    rows = simplify_expr(E.as_expr(prod(out.shape[:split])))
+    length = prod(out.shape[split:])
+    lane, warp, row = (E.Var(names.fresh(n), index_type) for n in ("lane", "warp", "row"))
+    head = [S.Let(lane, gpu.threadIdx.x % threads if threads < BLOCK else gpu.threadIdx.x),
+            *([S.Let(warp, gpu.threadIdx.x // gpu.WARP_SIZE)] if threads > gpu.WARP_SIZE else []),
+            S.Let(row, gpu.blockIdx.x * per_block + gpu.threadIdx.x // threads if per_block > 1 else gpu.blockIdx.x)]
+    outer = unravel(row, out.shape[:split])
+    value = substitute(whole, dict(zip(out.axes[:split], outer)))
+    builder, body = _Row(names, threads, lane, warp), []
+    while todo := [r for r in collect(value, ReduceCompute) if not collect(r.value, ReduceCompute)]:  # type: ignore[attr-defined]
+        r: ReduceCompute = todo[0]  # type: ignore[assignment]
+        acc, stmts = builder.reduce(r, _identity(r.kind, r.value.type))  # type: ignore[arg-type]
+        body += stmts
+        value = _Replace(r, acc).visit(value)
+    if split == len(out.axes):  # a row of one element: the first thread stores it
+        body.append(S.If(E.eq(lane, 0), S.BufferStore(tensors[out], tuple(outer), value)))
+    else:
+        t, j = E.Var(names.fresh("t"), index_type), E.Var(names.fresh(out.axes[-1].name), index_type)
+        body += [S.Comment("the row's elements, strided as the reductions were"),
+                 S.For(t, E.cdiv(length, threads), S.seq([
+                     S.Let(j, t * threads + lane),
+                     S.If(j < length, S.BufferStore(tensors[out], (*outer, j), substitute(value, {out.axes[-1]: j})))]))]
+    doc = (f"{task.name}: scheduled by the CUDA rules, a {'warp' if threads < BLOCK else 'block'} a row")
+    fn = S.Function(name or task.name, tuple(params), S.seq([*head, S.If(row < rows, S.seq(body))]),
+                    attrs=(("doc", doc),))
+    return gpu.cuda_kernel(fn, (simplify_expr(E.as_expr(E.cdiv(rows, per_block))),), (BLOCK,))

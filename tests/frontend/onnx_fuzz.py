@@ -147,19 +147,29 @@ def seed_embed() -> onnx.ModelProto:
     return _model(nodes, [ids], [_f32("y", [2, 4])], inits, opset=13)
 
 
+def seed_scatter() -> onnx.ModelProto:
+    """ScatterElements at indices the model takes (duplicates add up), then GatherND."""
+    r = np.random.default_rng(6)
+    nodes = [helper.make_node("ScatterElements", ["x", "ids", "upd"], ["s"], axis=0, reduction="add"),
+             helper.make_node("GatherND", ["s", "coords"], ["y"])]
+    inits = [_init("upd", _rand(r, 2, 3)), _init("coords", np.array([[3, 0], [1, -1], [0, 2]], np.int64))]
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 3])
+    return _model(nodes, [_f32("x", [4, 3]), ids], [_f32("y", [3])], inits, opset=16)
+
+
 SEEDS: dict[str, Callable[[], onnx.ModelProto]] = {
     "mlp": seed_mlp, "conv": seed_conv, "shapes": seed_shapes, "norm": seed_norm, "slice_pad": seed_slice_pad,
-    "embed": seed_embed}
+    "embed": seed_embed, "scatter": seed_scatter}
 
 # ----------------------------------------------------------------------------- mutations
 
 UNARY = ["Relu", "Sigmoid", "Tanh", "Abs", "Neg", "Exp", "Softmax", "Identity", "Sqrt", "Log", "Floor", "Erf",
          "LeakyRelu", "HardSwish", "Softplus", "Sign", "Reciprocal", "Flatten", "Transpose", "GlobalAveragePool"]
 BINARY = ["Add", "Sub", "Mul", "Div", "MatMul", "Max", "Min", "Pow", "PRelu", "Equal", "Reshape", "Gather",
-          "Expand", "Tile", "Unsqueeze", "Squeeze", "ReduceSum"]
+          "Expand", "Tile", "Unsqueeze", "Squeeze", "ReduceSum", "GatherND"]
 OTHER = ["Conv", "MaxPool", "AveragePool", "Gemm", "Concat", "Slice", "Pad", "LayerNormalization",
          "BatchNormalization", "InstanceNormalization", "Split", "Where", "Clip", "Cast", "Shape", "ReduceMean",
-         "ReduceMax", "ArgMax", "Trilu", "CumSum", "Hardmax", "Einsum"]
+         "ReduceMax", "ArgMax", "Trilu", "CumSum", "Hardmax", "Einsum", "ScatterElements", "ScatterND"]
 EXTRA_ATTRS: dict[str, list[tuple[str, Any]]] = {
     "Gemm": [("transA", 1), ("transB", 0), ("alpha", 0.5), ("beta", 2.0), ("beta", 0.0)],
     "Conv": [("group", 2), ("dilations", [2, 2]), ("auto_pad", "SAME_UPPER"), ("auto_pad", "VALID"),

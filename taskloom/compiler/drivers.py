@@ -32,9 +32,16 @@ def _matmul_cpu_config(found: Candidate, target: Target, tune: int, deadline: fl
                        pack=t.pack, deadline=deadline, a_stride=t.a_stride)
 
 
+def _matmul_cuda_config(found: Candidate, target: Target, tune: int, deadline: float | None) -> Any:
+    """The tile that fills the GPU (nothing is measured on the GPU yet, at any level)."""
+    from taskloom.schedule.cuda.matmul import choose_config as choose_cuda
+    return choose_cuda(found.tunable, target.num_sms)  # type: ignore[attr-defined]
+
+
 #: Per template: (candidate, target, tune level, deadline) -> config.
 CONFIG_DRIVERS: dict[str, Callable[[Candidate, Target, int, "float | None"], Any]] = {
     "matmul_cpu": _matmul_cpu_config,
+    "matmul_cuda": _matmul_cuda_config,
 }
 
 

@@ -105,12 +105,14 @@ def compile(model: Any, example_inputs: Any = None, target: Target | str | None 
     raise ArgumentError(f"compile() takes a Graph, a torch module or an ONNX model, got {type(model).__name__}")
 
 
-def load(path: str | os.PathLike, *, key: str | bytes | None = None) -> "CompiledGraph":
+def load(path: str | os.PathLike, *, key: str | bytes | None = None, device: str | None = None) -> "CompiledGraph":
     """Loads a model saved with ``CompiledGraph.save`` (numpy only; no torch or onnx needed).
     A saved model holds native code and its checksum finds only accidental damage: load files
-    from a source you trust, or files saved with ``save(path, key=...)`` with the same ``key``."""
+    from a source you trust, or files saved with ``save(path, key=...)`` with the same ``key``.
+    A model compiled for CUDA loads on ``device="cuda"`` (the GPU, the default) or
+    ``"emulator"``."""
     from taskloom.runtime.compiled_graph import CompiledGraph
-    return CompiledGraph.load(path, key=key)
+    return CompiledGraph.load(path, key=key, device=device)
 
 
 __all__ = ["build", "compile", "load", "ops", "Tensor", "asarray", "from_torch", "TaskloomError", "Target", "CpuTarget", "CudaTarget", "get_target",

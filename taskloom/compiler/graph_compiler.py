@@ -201,10 +201,15 @@ def _finish_cuda(functions: list, calls: list[Call], tgt: Any, meta: dict[str, A
                  timings: dict[str, float], device: str) -> Any:
     """One CUDA library: the kernels and the host launcher, run on ``device``."""
     from taskloom.backend.build import build_cuda_library
+    from taskloom.ir.printer import astext
     from taskloom.runtime.cuda_graph import CudaCompiledGraph
-    built = build_cuda_library(functions, tgt, name="graph", extra_source=cuda_launcher_source(calls),
+    from taskloom.transforms import lower
+    # what the emulator runs, kept in the meta (and a saved file): each kernel lowered, as text
+    meta.update(calls=[{"kernel": f.name, "args": [[r.kind, r.index] for r in c.args]}
+                       for f, c in zip(functions, calls)],
+                kernel_ir=[astext(lower(f)) for f in functions])
+    record = record_source(graph_record(meta, [(c.dtype.name, c.shape) for c in arrays]))
+    built = build_cuda_library(functions, tgt, name="graph", extra_source=cuda_launcher_source(calls) + record,
                                timings=timings)
-    meta.update(source=str(built.source_path), timings=timings,
-                calls=[{"kernel": f.name, "args": [[r.kind, r.index] for r in c.args]}
-                       for f, c in zip(functions, calls)])
+    meta.update(source=str(built.source_path), timings=timings)
     return CudaCompiledGraph(built, meta, arrays, device)

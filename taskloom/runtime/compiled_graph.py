@@ -20,7 +20,7 @@ from taskloom.runtime import saved_file
 from taskloom.runtime.aligned import aligned_copy, aligned_empty_at
 from taskloom.runtime.dlpack import array_view
 from taskloom.runtime.dlpack import as_torch as as_torch_tensor
-from taskloom.runtime.library_file import LoadedLibrary
+from taskloom.runtime.library_file import LoadedLibrary, load_private
 from taskloom.runtime.status import Status, raise_failure
 
 ENTRY = "taskloom_graph"
@@ -266,12 +266,20 @@ class CompiledGraph:
         saved_file.save_file(path, self.meta, self._lib_bytes, self.constants, key)
 
     @classmethod
-    def load(cls, path: str | os.PathLike, *, key: str | bytes | None = None) -> "CompiledGraph":
+    def load(cls, path: str | os.PathLike, *, key: str | bytes | None = None, device: str | None = None) -> Any:
         """Loads a saved graph (numpy only). Checks the file's checksum (or with ``key``, its
         HMAC), its header against the library's own record, and that this machine can run the
-        code, all before loading that code from a place only this process reaches."""
-        meta, constants, library = saved_file.open_saved(path, key)
-        return cls(path, meta, constants, library=library)
+        code, all before loading that code from a place only this process reaches. A graph
+        compiled for CUDA comes back as a :class:`~taskloom.runtime.cuda_graph.CudaCompiledGraph`
+        on ``device`` ("cuda" or "emulator")."""
+        meta, constants, lib = saved_file.open_saved(path, key, load=False)
+        if meta["target"].get("kind") == "cuda":
+            from taskloom.runtime.cuda_graph import CudaCompiledGraph
+            return CudaCompiledGraph.from_saved(meta, constants, lib, device, str(path))
+        if device not in (None, "cpu"):
+            raise ArgumentError(f"load(): {path} holds a model compiled for the CPU; device={device!r} is for "
+                                "models compiled for CUDA")
+        return cls(path, meta, constants, library=load_private(lib, str(path)))
 
     def __repr__(self) -> str:
         ins = ", ".join(f"{i['name']}: {i['dtype']}{i['shape']}" for i in self.inputs)

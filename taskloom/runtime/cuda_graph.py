@@ -15,13 +15,17 @@ graph launcher's order, with the same memory plan:
 """
 from __future__ import annotations
 
+import os
 import threading
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
 from taskloom.backend.build import BuiltCudaLibrary
-from taskloom.errors import ArgumentError, TaskloomError
+from taskloom.errors import ArgumentError, LoadError, TaskloomError
+from taskloom.runtime import saved_file
+from taskloom.runtime.library_file import load_private
 from taskloom.ir.dtypes import TensorType, dtype as ir_dtype
 from taskloom.runtime.cuda_module import DEVICES, require_gpu
 
@@ -32,7 +36,9 @@ class CudaCompiledGraph:
     """Call it with one array per graph input; it returns the outputs (one, or a tuple)."""
 
     def __init__(self, built: BuiltCudaLibrary, meta: dict[str, Any], constants: Sequence[np.ndarray],
-                 device: str = "cuda"):
+                 device: str = "cuda", library: Any = None):
+        """``built``: the nvcc build (its library, target and lowered kernels); ``library``:
+        that library already loaded from memory (a saved model's)."""
         if device not in DEVICES:
             raise TaskloomError(f"device={device!r} is not a CUDA device; use 'cuda' (the GPU) or 'emulator' "
                                 "(the SIMT emulator, on the CPU)")
@@ -42,7 +48,7 @@ class CudaCompiledGraph:
         self.source_path = built.source_path
         self._kernels = {f.name: f for f in built.kernels}
         self._lock = threading.Lock()  # one arena: calls run one at a time
-        self._gpu: _GpuState | None = _GpuState(self) if device == "cuda" else None
+        self._gpu: _GpuState | None = _GpuState(self, library) if device == "cuda" else None
         self._arena = np.zeros(int(meta["arena_bytes"]) + 64, np.uint8) if device == "emulator" else None
         self.last_reports: list[Any] = []  # the emulator's counters of each kernel of the last call
 
@@ -57,9 +63,43 @@ class CudaCompiledGraph:
             outs = self._run_gpu(args) if self._gpu is not None else self._run_emulator(args)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
-    def save(self, path: Any) -> None:
-        raise TaskloomError("saving a graph compiled for a CUDA target is not supported yet; compile it again "
-                            "where it runs (builds are cached, so that is quick)")
+    def save(self, path: str | os.PathLike, *, key: str | bytes | None = None) -> None:
+        """One file as :meth:`CompiledGraph.save <taskloom.runtime.CompiledGraph.save>` writes:
+        the library nvcc built (kernels, launcher, the record a load checks), the kernels' IR
+        for the emulator, and the constants. A machine without a GPU saves what one with a
+        GPU loads."""
+        lib = self.built.lib_path.read_bytes()
+        specs = [(c.dtype.name, c.shape) for c in self.constants]
+        try:
+            saved_file.check_library_record(lib, self.meta, specs, f"cannot save {path}",
+                                            "compile the model again to save it")
+        except LoadError as e:
+            raise TaskloomError(str(e)) from None
+        saved_file.save_file(path, self.meta, lib, self.constants, key)
+
+    @classmethod
+    def from_saved(cls, meta: dict[str, Any], constants: list[np.ndarray], lib: bytes, device: str | None,
+                   where: str) -> "CudaCompiledGraph":
+        """A saved CUDA graph (checked by :func:`~taskloom.runtime.saved_file.open_saved`) on
+        ``device``: the GPU, whose architecture must run the file's code, or the emulator."""
+        from taskloom.script import parse_source
+        from taskloom.target.cuda import CudaTarget
+        target = CudaTarget.from_dict(meta["target"])
+        device = device or "cuda"
+        library = None
+        if device == "cuda":
+            require_gpu()
+            here = CudaTarget.from_string("cuda")
+            if not target.runs_on(here):
+                raise LoadError(f"{where} was built for {target.arch}, which this GPU ({here.name}, {here.arch}) "
+                                "cannot run; compile the model again for it")
+            library = load_private(lib, where).handle
+        try:
+            kernels = tuple(parse_source(text) for text in meta["kernel_ir"])
+        except TaskloomError as e:
+            raise LoadError(f"{where}: a kernel's IR does not parse ({e}); the file is damaged") from None
+        built = BuiltCudaLibrary(Path(where), Path(where), [], target, {}, kernels)
+        return cls(built, meta, constants, device, library)
 
     # ------------------------------------------------------------------ the emulator
     def _run_emulator(self, args: Sequence[Any]) -> list[np.ndarray]:
@@ -115,7 +155,7 @@ class CudaCompiledGraph:
 class _GpuState:
     """What a graph keeps on the GPU: its constants, arena and status, and the loaded library."""
 
-    def __init__(self, graph: CudaCompiledGraph):
+    def __init__(self, graph: CudaCompiledGraph, library: Any = None):
         import ctypes
         require_gpu()
         try:
@@ -127,7 +167,7 @@ class _GpuState:
             raise TaskloomError("device='cuda' needs torch with CUDA, and torch.cuda.is_available() is False")
         from taskloom.runtime.cuda_module import CudaModule
         self.torch, self.ctypes = torch, ctypes
-        self.module = CudaModule(graph.built, "cuda")
+        self.module = CudaModule(graph.built, "cuda", library)
         self.constants = [torch.from_numpy(np.ascontiguousarray(c)).cuda() for c in graph.constants]
         self.arena = torch.empty(int(graph.meta["arena_bytes"]) + 256, dtype=torch.uint8, device="cuda")
         self.entry = getattr(self.module.library(), ENTRY)

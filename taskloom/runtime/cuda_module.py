@@ -113,7 +113,8 @@ class CudaKernel:
 class CudaModule:
     """The kernels of one built CUDA library, on the GPU or in the emulator."""
 
-    def __init__(self, built: BuiltCudaLibrary, device: str = "cuda"):
+    def __init__(self, built: BuiltCudaLibrary, device: str = "cuda", library: ctypes.CDLL | None = None):
+        """``library``: the built library already loaded (a saved model's, from memory)."""
         if device not in DEVICES:
             raise TargetError(f"device={device!r} is not a CUDA device; use 'cuda' (the GPU) or 'emulator' "
                               "(the SIMT emulator, on the CPU)")
@@ -121,7 +122,7 @@ class CudaModule:
             require_gpu()
         self.built, self.target, self.device = built, built.target, device
         self.source_path = built.source_path
-        self._library: ctypes.CDLL | None = None
+        self._library: ctypes.CDLL | None = library
         self._device_status: ctypes.c_void_p | None = None
         self.kernels = {sig["name"]: CudaKernel(self, sig, fn) for sig, fn in zip(built.signatures, built.kernels)}
 

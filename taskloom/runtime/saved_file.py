@@ -40,8 +40,12 @@ def graph_record(meta: Mapping[str, Any], constants: Sequence[tuple[str, Sequenc
     and shape of each) and ISA. The build stores it in the library; a load compares."""
     record = {"inputs": meta["inputs"], "outputs": meta["outputs"], "arena_bytes": meta["arena_bytes"],
               "kernels": [k["name"] for k in meta["kernels"]],
-              "constants": [{"dtype": d, "shape": [int(n) for n in s]} for d, s in constants],
-              "isa": meta["target"]["isa"]}
+              "constants": [{"dtype": d, "shape": [int(n) for n in s]} for d, s in constants]}
+    if meta["target"].get("kind", "cpu") == "cpu":
+        record["isa"] = meta["target"]["isa"]
+    else:  # a CUDA graph: its architecture, the launches and the kernels the emulator runs
+        record.update(arch=meta["target"]["arch"], calls=meta["calls"],
+                      kernel_ir_sha256=hashlib.sha256(json.dumps(meta["kernel_ir"]).encode()).hexdigest())
     return json.loads(json.dumps(record))
 
 
@@ -131,10 +135,11 @@ def _umask() -> int:
 
 # -- reading ------------------------------------------------------------------------------
 
-def open_saved(path: str | os.PathLike, key: str | bytes | None = None
-               ) -> tuple[dict[str, Any], list[np.ndarray], LoadedLibrary]:
+def open_saved(path: str | os.PathLike, key: str | bytes | None = None, load: bool = True
+               ) -> tuple[dict[str, Any], list[np.ndarray], Any]:
     """The meta, constants and privately loaded library of the model saved at ``path``,
-    after every check; :class:`LoadError` saying what is wrong otherwise."""
+    after every check; :class:`LoadError` saying what is wrong otherwise. With ``load``
+    False, the library's bytes instead (a CUDA graph run in the emulator loads none)."""
     where, secret = str(path), _key_bytes(key)
     signed = _verified(_read(path), secret, where)
     header, body = _parse(signed, where)
@@ -145,7 +150,7 @@ def open_saved(path: str | os.PathLike, key: str | bytes | None = None
     check_library_record(lib, meta, [(c["dtype"], c["shape"]) for c in table], where)
     _check_target(meta, where)
     constants = [_constant(body, c, where) for c in table]
-    return meta, constants, load_private(bytes(lib), where)
+    return meta, constants, load_private(bytes(lib), where) if load else bytes(lib)
 
 
 def _read(path: str | os.PathLike) -> bytes:
@@ -276,8 +281,35 @@ def _check_meta(meta: dict[str, Any], table: list[dict[str, Any]], where: str) -
     if not isinstance(kernels, list) or not all(_kernel_ok(k) for k in kernels):
         raise LoadError(f"{where}: meta['kernels'] is {_short(kernels)}; it must list objects with a name "
                         "(str) and ops (a non-empty list of str)")
-    if not isinstance(meta.get("target"), dict) or not isinstance(meta["target"].get("isa"), list):
-        raise LoadError(f"{where}: meta['target'] is {_short(meta.get('target'))}; it must describe a CPU target")
+    target = meta.get("target")
+    if isinstance(target, dict) and target.get("kind") == "cuda":
+        _check_cuda_meta(meta, table, where)
+    elif not isinstance(target, dict) or not isinstance(target.get("isa"), list):
+        raise LoadError(f"{where}: meta['target'] is {_short(target)}; it must describe a CPU or CUDA target")
+
+
+#: Where a CUDA graph's kernel arguments live (the launcher's tables and its arena).
+_ARG_KINDS = ("w", "in", "out", "arena")
+
+
+def _check_cuda_meta(meta: dict[str, Any], table: list[dict[str, Any]], where: str) -> None:
+    """A CUDA graph's architecture, its kernels' IR (text) and launches, by structure: every
+    launch names a kernel of the file and arguments inside the tables."""
+    if not isinstance(meta["target"].get("arch"), str):
+        raise LoadError(f"{where}: meta['target'] names no CUDA architecture ('arch')")
+    texts, calls = meta.get("kernel_ir"), meta.get("calls")
+    if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts) or not isinstance(calls, list):
+        raise LoadError(f"{where}: a CUDA graph lists its kernels' IR (str) in 'kernel_ir' and its launches in 'calls'")
+    sizes = {"w": len(table), "in": len(meta["inputs"]), "out": len(meta["outputs"]), "arena": meta["arena_bytes"]}
+    names = {k["name"] for k in meta["kernels"]}
+    for j, c in enumerate(calls):
+        args = c.get("args") if isinstance(c, dict) else None
+        ok = isinstance(args, list) and c.get("kernel") in names and all(
+            isinstance(a, list) and len(a) == 2 and a[0] in _ARG_KINDS and _is_int(a[1])
+            and 0 <= a[1] < max(sizes[a[0]], 1) for a in args)
+        if not ok:
+            raise LoadError(f"{where}: launch {j} is {_short(c)}; it must name a kernel of the file and "
+                            "arguments inside its tables")
 
 
 def _kernel_ok(k: Any) -> bool:
@@ -302,6 +334,13 @@ def _check_copy(out: dict[str, Any], j: int, sources: dict[str, list[Any]], wher
 def _check_target(meta: dict[str, Any], where: str) -> None:
     from taskloom.errors import TaskloomError
     from taskloom.target.cpu import CpuTarget
+    if meta["target"].get("kind") == "cuda":  # where it may run is the device's to say
+        from taskloom.target.cuda import CudaTarget
+        try:
+            CudaTarget.from_dict(meta["target"])
+        except (TaskloomError, TypeError, ValueError, KeyError) as exc:
+            raise LoadError(f"{where}: its target is not a valid CUDA target description: {exc}") from None
+        return
     try:
         target = CpuTarget.from_dict(meta["target"])
     except (TaskloomError, TypeError, ValueError) as exc:

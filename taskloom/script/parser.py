@@ -42,7 +42,7 @@ class _Builtin:
 _LOOPS = {"range": "serial", "unroll": "unroll", "parallel": "parallel", "vectorize": "vectorize"}
 _BUFFERS = {"global_tensor": "global", "shared_tensor": "shared", "local_tensor": "local",
             "register_tensor": "register"}
-_SPECIAL = ("vload", "vstore", "prefetch", "broadcast", "cast", "select", "min", "max", "barrier")
+_SPECIAL = ("vload", "vstore", "prefetch", "broadcast", "cast", "select", "min", "max", "barrier", "index_check")
 
 BUILTINS: dict[str, Any] = {
     **{n: _Builtin(n) for n in (*_LOOPS, *_BUFFERS, *_SPECIAL, *gpu.STATEMENTS)},
@@ -495,6 +495,8 @@ class _Parser:
             return E.cast(*args)
         if name == "select":
             return E.select(*args)
+        if name == "index_check":
+            return E.index_check(*args, **kwargs)
         if name in ("min", "max"):
             if not any(isinstance(a, E.Expr) for a in args):
                 return getattr(builtins, name)(*args)

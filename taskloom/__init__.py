@@ -72,7 +72,7 @@ def compile(model: Any, example_inputs: Any = None, target: Target | str | None 
 
     For a CUDA target (``"cuda"``, ``"cuda:sm_90"``) the result runs on ``device="cuda"``
     (the GPU, the default) or ``device="emulator"`` (every kernel in the SIMT emulator, on
-    the CPU); Graphs and ONNX models compile for CUDA so far.
+    the CPU); torch models through ``torch.compile`` (``options={"device": ...}``).
     """
     from taskloom.compiler.graph_compiler import compile_graph
     from taskloom.graph import Graph

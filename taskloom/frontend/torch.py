@@ -58,16 +58,22 @@ class Options:
     as ``"cpu -isa=avx2"``; None is this machine), ``tune`` (0: predict schedules without
     measuring, 1: measure the best predicted, 2: measure the whole space), ``fallback``
     (run graphs taskloom cannot compile in eager PyTorch instead of raising), ``budget``
-    (a bound on each graph's tuning time: ``"2m"``, ``"90s"`` or seconds; None is none) and
-    ``layout`` (``"auto"``: convolutions in NHWC where that pays; ``"NCHW"``: as traced)."""
+    (a bound on each graph's tuning time: ``"2m"``, ``"90s"`` or seconds; None is none),
+    ``layout`` (``"auto"``: convolutions in NHWC where that pays; ``"NCHW"``: as traced) and
+    ``device`` for CUDA targets (``"cuda"``, the GPU; ``"emulator"``, the SIMT emulator on
+    CPU tensors). Without a target, CUDA inputs mean ``"cuda"``."""
 
     target: Any = None
     tune: int = 0
     fallback: bool = False
     budget: Any = None
     layout: str = "auto"
+    device: Any = None
 
     def __post_init__(self) -> None:
+        if self.device not in (None, "cuda", "emulator"):
+            raise FrontendError(f"taskloom backend: option 'device'={self.device!r} is not valid (valid: 'cuda', "
+                                "'emulator', for CUDA targets)")
         if isinstance(self.tune, bool) or self.tune not in (0, 1, 2):
             raise FrontendError(f"taskloom backend: option 'tune'={self.tune!r} is not valid (valid: 0, 1, 2)")
         if self.budget is not None:
@@ -92,15 +98,15 @@ class Options:
         """Options from ``torch.compile(..., options={...})`` over ``defaults``;
         ``mode='max-autotune'`` means tune=2 unless ``options`` set it."""
         given = dict(options or {})
-        unknown = sorted(set(given) - {"target", "tune", "fallback", "budget", "layout"})
+        unknown = sorted(set(given) - {"target", "tune", "fallback", "budget", "layout", "device"})
         if unknown:
             raise FrontendError(f"taskloom backend: unknown option(s) {', '.join(map(repr, unknown))} "
-                                "(valid: 'target', 'tune', 'fallback', 'budget', 'layout')")
+                                "(valid: 'target', 'tune', 'fallback', 'budget', 'layout', 'device')")
         if mode is not None and mode.startswith("max-autotune") and "tune" not in given:
             given["tune"] = 2
         base = defaults or cls()
         return cls(**{**{"target": base.target, "tune": base.tune, "fallback": base.fallback,
-                         "budget": base.budget, "layout": base.layout}, **given})
+                         "budget": base.budget, "layout": base.layout, "device": base.device}, **given})
 
 
 def _is_runtime_input(node: torch.fx.Node, value: Any) -> bool:
@@ -249,10 +255,26 @@ class CompiledFunction:
         conversion = convert(aten_gm, args, self._is_input, self._names)
         compiled = None
         if conversion.graph is not None:
-            compiled = compile_graph(conversion.graph, target=self.options.target, tune=self.options.tune,
-                                     budget=self.options.budget, layout=self.options.layout)
+            compiled = compile_graph(conversion.graph, target=self._target(args), tune=self.options.tune,
+                                     budget=self.options.budget, layout=self.options.layout,
+                                     device=self.options.device)
         self.aten_graph, self.graph, self.compiled_graph = aten_gm, conversion.graph, compiled
         return _Program(conversion, compiled, self._state(args))
+
+    def _target(self, args: Sequence[Any]) -> Any:
+        """The option's target; without one, the GPU's where the inputs are CUDA tensors (or
+        the emulator runs), else this machine's CPU. CUDA inputs need a CUDA target."""
+        on_gpu = any(isinstance(args[k], torch.Tensor) and args[k].is_cuda for k in self._inputs_at)
+        target = self.options.target
+        if target is None and (on_gpu or self.options.device is not None):
+            if self.options.device == "emulator":
+                raise FrontendError("taskloom backend: option device='emulator' needs a CUDA target naming the "
+                                    "architecture to emulate, e.g. options={'target': 'cuda:sm_90', ...}")
+            return "cuda"
+        if on_gpu and not str(getattr(target, "kind", target)).startswith("cuda"):
+            raise FrontendError(f"taskloom backend: the inputs are CUDA tensors and the target is {target!r}; "
+                                "pass target='cuda' (or None), or move the inputs to the CPU")
+        return target
 
     def __call__(self, *args: Any) -> Any:
         program = self._specialize(args)
@@ -314,8 +336,8 @@ class Backend:
     __name__ = "taskloom"  # how dynamo names the backend in its messages
 
     def __init__(self, *, target: Any = None, tune: int = 0, fallback: bool = False, budget: Any = None,
-                 layout: str = "auto"):
-        self.options = Options(target, tune, fallback, budget, layout)
+                 layout: str = "auto", device: str | None = None):
+        self.options = Options(target, tune, fallback, budget, layout, device)
         self.compiled: list[CompiledFunction] = []
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
@@ -336,10 +358,10 @@ def taskloom_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
                      options: Mapping[str, Any] | None = None, mode: str | None = None) -> Callable:
     """The ``torch_dynamo_backends`` entry point named ``"taskloom"``: compiles one dynamo graph.
     ``options`` (from ``torch.compile(..., options={...})``) may set ``target``, ``tune``,
-    ``fallback``, ``budget`` and ``layout`` (see :class:`Options`)."""
+    ``fallback``, ``budget``, ``layout`` and ``device`` (see :class:`Options`)."""
     opts = Options.parse(options, mode)
     return Backend(target=opts.target, tune=opts.tune, fallback=opts.fallback,
-                   budget=opts.budget, layout=opts.layout)(gm, example_inputs)
+                   budget=opts.budget, layout=opts.layout, device=opts.device)(gm, example_inputs)
 
 
 def compile_module(model: Any, example_inputs: tuple[Any, ...], *, target: Any = None, tune: int = 0,

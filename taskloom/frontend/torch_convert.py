@@ -90,8 +90,8 @@ def _constant(value: Any, where: str) -> Any:
     if not isinstance(value, torch.Tensor):
         return value
     t = value.detach()
-    if t.device.type != "cpu":
-        raise FrontendError(f"{where} is on {t.device}; the CPU backend takes CPU tensors (move the model with .cpu())")
+    if t.device.type != "cpu":  # a constant is compile-time data: the target puts it on its device
+        t = t.cpu()
     if not t.is_contiguous():
         t = t.contiguous()
     dt = dtype_of(t.dtype)

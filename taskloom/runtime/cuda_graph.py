@@ -26,6 +26,7 @@ from taskloom.backend.build import BuiltCudaLibrary
 from taskloom.errors import ArgumentError, LoadError, TaskloomError
 from taskloom.runtime import saved_file
 from taskloom.runtime.library_file import load_private
+from taskloom.ir.arith import simplify_expr
 from taskloom.ir.dtypes import TensorType, dtype as ir_dtype
 from taskloom.runtime.cuda_module import DEVICES, require_gpu
 
@@ -111,14 +112,18 @@ class CudaCompiledGraph:
             fn = self._kernels[call["kernel"]]
             values = [self._emulator_arg(tables, kind, index, p) for (kind, index), p in zip(call["args"], fn.params)]
             self.last_reports.append(run_kernel(fn, values))
-        return self._copies(tables)
+        outs = self._copies(tables)
+        if any(hasattr(a, "detach") for a in args):  # torch tensors in, torch tensors out
+            import torch
+            outs = [torch.from_numpy(o) for o in outs]
+        return outs
 
     def _emulator_arg(self, tables: dict[str, list[np.ndarray]], kind: str, index: int, p: Any) -> np.ndarray:
         if kind != "arena":
             return tables[kind][index]
         t: TensorType = p.type
         storage = _numpy(t.dtype.name)
-        count = int(np.prod([int(d.value) for d in t.shape]))  # type: ignore[attr-defined]
+        count = int(np.prod([int(simplify_expr(d).value) for d in t.shape]))  # type: ignore[attr-defined]
         assert self._arena is not None
         return self._arena[index:index + count * storage.itemsize].view(storage)
 

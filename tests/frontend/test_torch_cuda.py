@@ -1,0 +1,76 @@
+"""``torch.compile(model, backend="taskloom")`` for a CUDA target: in the SIMT emulator on
+CPU tensors everywhere (a conv net and a transformer block against eager torch), and on
+the GPU's own tensors under ``-m cuda``."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+import torch.nn as nn
+
+from torch._dynamo.exc import BackendCompilerFailed
+
+from taskloom.errors import FrontendError
+from taskloom.frontend.torch import unwrap_error
+
+pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+EMULATED = {"target": "cuda:sm_90", "device": "emulator"}
+
+
+class ConvNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 8, 3, stride=2)
+        self.fc = nn.Linear(8 * 3 * 3, 5)
+
+    def forward(self, x):
+        x = torch.max_pool2d(torch.relu(self.bn1(self.conv1(x))), 2)
+        x = torch.relu(self.conv2(x))
+        return torch.softmax(self.fc(torch.flatten(x, 1)), dim=-1)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("name", ["convnet", "encoder"])
+def test_a_model_compiled_for_cuda_matches_eager_in_the_emulator(name):
+    if name == "convnet":
+        model, x = ConvNet().eval(), torch.randn(2, 3, 16, 16)
+        with torch.no_grad():  # batch-norm statistics worth folding
+            model.bn1.running_mean.uniform_(-0.5, 0.5)
+            model.bn1.running_var.uniform_(0.5, 1.5)
+    else:
+        model = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True).eval()
+        x = torch.randn(1, 8, 32)
+    with torch.no_grad():
+        want = model(x)
+        got = torch.compile(model, backend="taskloom", options=EMULATED)(x)
+    assert isinstance(got, torch.Tensor)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_the_emulator_needs_a_cuda_target():
+    for options, message in (({"device": "emulator"}, "needs a CUDA target"),
+                             ({"device": "gpu"}, "option 'device'='gpu' is not valid")):
+        torch._dynamo.reset()
+        with pytest.raises(BackendCompilerFailed, match=message) as info:
+            torch.compile(nn.ReLU(), backend="taskloom", options=options)(torch.randn(3))
+        assert isinstance(unwrap_error(info.value), FrontendError)
+
+
+@pytest.mark.cuda
+def test_cuda_tensors_compile_for_the_gpu_they_are_on():
+    model = ConvNet().eval().cuda()
+    x = torch.randn(2, 3, 16, 16, device="cuda")
+    with torch.no_grad():
+        got = torch.compile(model, backend="taskloom")(x)
+        want = model(x)
+    assert got.is_cuda
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)

@@ -346,6 +346,10 @@ def plot_record(record: dict[str, Any], path: Path) -> None:
 def run(args: argparse.Namespace) -> int:
     """``taskloom bench model NAME``: measure, print the table (and profile), write JSON/plot."""
     target = target_argument(args.model_parser, args.target)
+    if target.kind == "cuda":
+        return _run_on_gpu(args)
+    if args.dtype != "float32":
+        args.model_parser.error("argument --dtype: the CPU benchmark runs float32; other dtypes are for --target cuda")
     threads = args.threads or target.num_cores
     peers = PEERS if args.compare is None else args.compare
     if "tvm" in peers:  # TVM reads its thread count once, when its runtime loads
@@ -374,6 +378,24 @@ def run(args: argparse.Namespace) -> int:
     if args.plot is not None:
         plot_record(record, Path(args.plot))
         print(f"wrote {args.plot}")
+    if args.json is not None:
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record, indent=2) + "\n")
+        print(f"wrote {path}")
+    return 0 if record["rows"][0]["error"] is None else 1
+
+
+def _run_on_gpu(args: argparse.Namespace) -> int:
+    """``taskloom bench model NAME --target cuda``: eager, inductor, CUDA graphs and taskloom."""
+    from taskloom.bench.gpu import bench_model as bench_on_gpu
+    from taskloom.bench.gpu import format_rows
+    record = bench_on_gpu(args.name, args.batch, args.seq, args.dtype, args.repeats, args.rounds)
+    print(format_rows(f"{args.name} batch {args.batch} ({args.dtype}) on {record['gpu']['name']}", record["rows"]))
+    command = ["taskloom", "bench", "model", args.name, "--batch", str(args.batch), "--seq", str(args.seq),
+               "--dtype", args.dtype, "--repeats", str(args.repeats), "--rounds", str(args.rounds),
+               "--target", args.target]
+    record = {**record, "command": shlex.join(command), "versions": versions()}
     if args.json is not None:
         path = Path(args.json)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -415,6 +437,8 @@ def add_model_command(kinds: argparse._SubParsersAction) -> None:
     sub.add_argument("--direct", action="store_true",
                      help="also time the model compiled by taskloom.compile(model, inputs) and called "
                           "directly, without torch.compile's per-call guards (row taskloom-direct)")
+    sub.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32",
+                     help="the model's element type (default float32; others with --target cuda)")
     sub.add_argument("--json", default=None, metavar="FILE", help="also write the results as JSON")
     sub.add_argument("--plot", default=None, metavar="FILE", help="also draw the latencies as a PNG bar chart")
     sub.set_defaults(func=run, model_parser=sub)

@@ -374,6 +374,10 @@ def run(args: argparse.Namespace) -> int:
     """``taskloom bench op OP``: measure every ``--shape``, print tables, write ``--json``."""
     parser: argparse.ArgumentParser = args.op_parser
     target = target_argument(parser, args.target)
+    if target.kind == "cuda":
+        return _run_on_gpu(args)
+    if args.dtype != "float32":
+        parser.error("argument --dtype: the CPU benchmark runs float32; other dtypes are for --target cuda")
     problems = [PROBLEMS[args.op](shape, args) for shape in args.shape]
     for p in problems:
         if (why := p.check()) is not None:
@@ -397,6 +401,18 @@ def run(args: argparse.Namespace) -> int:
         path = Path(args.json)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(record, indent=2) + "\n")
+        print(f"wrote {path}")
+    return 0
+
+
+def _run_on_gpu(args: argparse.Namespace) -> int:
+    from taskloom.bench.gpu import run_op
+    record = run_op(args)
+    command = shlex.join(["taskloom", "bench", "op", *args.argv])
+    if args.json is not None:
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({**record, "command": command, "versions": versions()}, indent=2) + "\n")
         print(f"wrote {path}")
     return 0
 
@@ -497,6 +513,8 @@ def add_op_command(kinds: argparse._SubParsersAction) -> None:
         sub.add_argument("--target", default=None, metavar="SPEC",
                          help="taskloom's target, e.g. 'cpu -isa=avx2' (default: this machine); "
                               "its cores are the threads of torch and ORT")
+        sub.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32",
+                         help="element type (default float32; others with --target cuda)")
         sub.add_argument("--json", default=None, metavar="FILE", help="also write the results as JSON")
         sub.set_defaults(func=run, op_parser=sub)
 

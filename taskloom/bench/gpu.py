@@ -16,6 +16,7 @@ import statistics
 import subprocess
 from typing import Any, Callable
 
+from taskloom.bench.timing import time_rounds
 from taskloom.errors import TaskloomError
 
 #: The systems, in table order: taskloom, then the peers.
@@ -53,19 +54,9 @@ def gpu_facts() -> dict[str, Any]:
 
 def time_cuda_rounds(calls: dict[str, Callable[[], Any]], repeats: int, rounds: int,
                      warmup: int = WARMUP) -> dict[str, list[list[float]] | Exception]:
-    """Each system's times in ms, a list per round, each call between two CUDA events; a
-    system whose call raises maps to its exception and is timed no more."""
+    """:func:`~taskloom.bench.timing.time_rounds` with each call between two CUDA events."""
     torch = _torch()
-    out: dict[str, list[list[float]] | Exception] = {name: [] for name in calls}
-    for r in range(rounds):
-        live = [name for name in calls if not isinstance(out[name], Exception)]
-        shift = r % max(len(live), 1)
-        for name in live[shift:] + live[:shift]:
-            try:
-                out[name].append(_time_block(torch, calls[name], repeats, warmup))  # type: ignore[union-attr]
-            except Exception as exc:  # the table reports it with the system
-                out[name] = exc
-    return out
+    return time_rounds(calls, repeats, rounds, warmup, block=lambda fn, r, w: _time_block(torch, fn, r, w))
 
 
 def _time_block(torch: Any, fn: Callable[[], Any], repeats: int, warmup: int) -> list[float]:

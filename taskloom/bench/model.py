@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import shlex
 import statistics
@@ -56,7 +55,7 @@ import numpy as np
 from taskloom.bench.op import cell, compare_type, error_text, positive_int, target_argument
 from taskloom.bench import peers as peers_module
 from taskloom.bench.peers import first_output
-from taskloom.bench.timing import machine, time_block, versions
+from taskloom.bench.timing import machine, time_block, versions, write_json
 from taskloom.bench.zoo import MODELS, SEQUENCE_MODELS, build, input_text
 from taskloom.errors import TaskloomError
 from taskloom.target import Target
@@ -379,10 +378,7 @@ def run(args: argparse.Namespace) -> int:
         plot_record(record, Path(args.plot))
         print(f"wrote {args.plot}")
     if args.json is not None:
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(record, indent=2) + "\n")
-        print(f"wrote {path}")
+        write_json(args.json, record)
     return 0 if record["rows"][0]["error"] is None else 1
 
 
@@ -397,10 +393,7 @@ def _run_on_gpu(args: argparse.Namespace) -> int:
                "--target", args.target]
     record = {**record, "command": shlex.join(command), "versions": versions()}
     if args.json is not None:
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(record, indent=2) + "\n")
-        print(f"wrote {path}")
+        write_json(args.json, record)
     return 0 if record["rows"][0]["error"] is None else 1
 
 

@@ -54,17 +54,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
-import json
 import shlex
 import statistics
 import time
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
 import taskloom
-from taskloom.bench.timing import machine, time_rounds, versions
+from taskloom.bench.timing import machine, time_rounds, versions, write_json
 from taskloom.errors import TaskloomError
 from taskloom.graph import Graph, input as graph_input
 from taskloom.target import Target, get_target
@@ -398,10 +396,7 @@ def run(args: argparse.Namespace) -> int:
         if len(results) == 1:
             record.update(results[0])
         record.update(results=results, machine=machine(), versions=versions())
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(record, indent=2) + "\n")
-        print(f"wrote {path}")
+        write_json(args.json, record)
     return 0
 
 
@@ -410,10 +405,7 @@ def _run_on_gpu(args: argparse.Namespace) -> int:
     record = run_op(args)
     command = shlex.join(["taskloom", "bench", "op", *args.argv])
     if args.json is not None:
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({**record, "command": command, "versions": versions()}, indent=2) + "\n")
-        print(f"wrote {path}")
+        write_json(args.json, {**record, "command": command, "versions": versions()})
     return 0
 
 

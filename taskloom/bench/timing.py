@@ -37,7 +37,8 @@ def median_ms(fn: Callable[[], object], repeats: int = 30, warmup: int = 3) -> f
 
 
 def time_rounds(calls: dict[str, Callable[[], object]], repeats: int = 30, rounds: int = 3,
-                warmup: int = 3) -> dict[str, list[list[float]] | Exception]:
+                warmup: int = 3, block: Callable[[Callable[[], object], int, int], list[float]] | None = None
+                ) -> dict[str, list[list[float]] | Exception]:
     """Each system's times (ms), one list per round: in every round each system is timed in
     a block of its own (:func:`time_block`), the order shifted by one each round. A system
     whose call raises is timed no more and maps to its exception; the others go on.
@@ -48,17 +49,30 @@ def time_rounds(calls: dict[str, Callable[[], object]], repeats: int = 30, round
     system meets the same weather, and the median of all its runs is the figure to compare.
 
     >>> times = time_rounds({"a": f, "b": g}, repeats=30, rounds=3)   # times["a"]: 3 lists of 30
+
+    ``block(fn, repeats, warmup)`` times one block (default :func:`time_block`, wall time).
     """
+    block = block or time_block
     out: dict[str, list[list[float]] | Exception] = {name: [] for name in calls}
     for r in range(rounds):
         live = [name for name in calls if not isinstance(out[name], Exception)]
         shift = r % max(len(live), 1)
         for name in live[shift:] + live[:shift]:
             try:
-                out[name].append(time_block(calls[name], repeats, warmup))  # type: ignore[union-attr]
+                out[name].append(block(calls[name], repeats, warmup))  # type: ignore[union-attr]
             except Exception as exc:  # the caller reports it with the system
                 out[name] = exc
     return out
+
+
+def write_json(path_text: str, record: dict[str, Any]) -> None:
+    """``record`` as indented JSON at ``path_text`` (its directory made), and a line saying so."""
+    import json
+    from pathlib import Path
+    path = Path(path_text)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"wrote {path}")
 
 
 def machine() -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """ONNX converters of shape and indexing operators: Reshape, Flatten, Transpose, Squeeze,
-Unsqueeze, Concat, Split, Slice, Gather, GatherElements, GatherND, ScatterElements, ScatterND,
+Unsqueeze, Concat, Split, Slice, Gather, GatherElements, GatherND, ScatterElements, ScatterND, CumSum,
 Expand, Tile, Pad, Trilu, Shape,
 Size, Constant, ConstantOfShape, Range, Dropout.
 
@@ -276,6 +276,18 @@ def scatter_elements(n: OnnxNode) -> Tensor:
 def scatter_nd(n: OnnxNode) -> Tensor:
     """ScatterND: updates written (or combined) at coordinates from the last axis of indices."""
     return ops.scatter_nd(n.tensor(0), _index_input(n, 1), n.tensor(2), _scatter_reduction(n), wrap=True)
+
+
+@converter("CumSum", versions=(11, 14))
+def cumsum(n: OnnxNode) -> Tensor:
+    """CumSum: running sums along the axis its second input holds (a constant), with the
+    ``exclusive`` and ``reverse`` attributes; the result keeps the input's type."""
+    x = n.tensor(0)
+    axis = n.ints(1, "axis")
+    if axis is None or len(axis) != 1:
+        raise n.error(f"input 1 (axis) must hold one integer, got {axis}")
+    out = ops.cumsum(x, axis[0], bool(n.attr("exclusive", 0)), bool(n.attr("reverse", 0)))
+    return out if out.dtype == x.dtype else ops.cast(out, x.dtype)
 
 
 # ----------------------------------------------------------------------------- pad, trilu

@@ -353,21 +353,7 @@ def vector_norm(x: Tensor, ord: Any = 2, dim: Any = None, keepdim: bool = False,
 
 @register(aten.cumsum)
 def cumsum(x: Tensor, dim: int, dtype: Any = None) -> Tensor:
-    """Running sums along ``dim`` as a product with a triangular matrix of ones (``n * n``
-    work for ``n`` elements along ``dim``: meant for short axes such as positions)."""
-    x = as_dtype(x, dtype)
-    out_dt = x.dtype if dtype is not None or x.dtype.is_float() else T.int64
-    work = x.dtype if x.dtype.is_float() else T.float64  # integers: exact below 2**53
-    dim %= max(x.ndim, 1)
-    n = int(x.shape[dim]) if x.ndim else 1
-    upper = asarray(np.triu(np.ones((n, n))).astype(work.numpy))
-    moved = ops.cast(x if x.ndim else ops.reshape(x, (1,)), work)
-    if moved.ndim > 1 and dim != moved.ndim - 1:
-        moved = ops.transpose(moved, dim, -1)
-    out = ops.matmul(moved, upper)
-    if x.ndim > 1 and dim != x.ndim - 1:
-        out = ops.transpose(out, dim, -1)
-    return ops.cast(ops.reshape(out, tuple(x.shape)) if not x.ndim else out, out_dt)
+    return ops.cumsum(as_dtype(x, dtype), dim)
 
 
 @register(aten._softmax, aten.softmax.int)

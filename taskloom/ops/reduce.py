@@ -22,7 +22,7 @@ from taskloom.ir.index import unravel
 from taskloom.ops.base import Dim, apply, as_tensor, is_unit, normalize_axes, normalize_axis
 
 __all__ = ["sum", "mean", "max", "min", "prod", "argmax", "argmin", "softmax", "log_softmax",
-           "layer_norm", "batch_norm"]
+           "layer_norm", "batch_norm", "cumsum"]
 
 Axis = int | Sequence[int] | None
 
@@ -148,6 +148,38 @@ def sum(x: Any, axis: Axis = None, keepdim: bool = False, *, keepdims: bool | No
     float16 accumulates in float32. Example: ``sum(asarray([[1., 2.], [3., 4.]]), axis=0)``
     is ``[4., 6.]``."""
     return _reduction("sum", "sum", x, axis, keepdim, keepdims)
+
+
+def cumsum(x: Any, axis: int, exclusive: bool = False, reverse: bool = False) -> Tensor:
+    """Running sums of ``x`` along ``axis`` (``torch.cumsum``, ONNX ``CumSum``):
+    ``out[i] = x[0] + ... + x[i]``; ``exclusive`` leaves ``x[i]`` out, ``reverse`` sums from
+    the end. Integer and bool inputs sum to int64 as in torch; float16 accumulates in float32.
+    Each element is a sum over the axis with the positions past it masked, so a scan of
+    ``n`` elements costs ``n * n`` additions: meant for the short axes models scan (token
+    positions, masks)."""
+    op = "cumsum"
+    x = as_tensor(op, "x", x)
+    if x.ndim == 0:  # one element: axis 0 or -1 names it, as in torch
+        normalize_axis(op, axis, 1)
+        from taskloom.ops.transform import reshape
+        return reshape(cumsum(reshape(x, (1,)), 0, exclusive, reverse), ())
+    ax = normalize_axis(op, axis, x.ndim)
+    acc = T.int64 if not x.dtype.is_float() else _compute_dtype(x.dtype)
+    out_dt = T.int64 if not x.dtype.is_float() else x.dtype
+
+    def build(X: TensorInput):
+        n = X.shape[ax]
+
+        def element(*i: E.Expr) -> E.Expr:
+            def term(k: E.Expr) -> E.Expr:
+                inside = (k > i[ax] if exclusive else k >= i[ax]) if reverse else \
+                    (k < i[ax] if exclusive else k <= i[ax])
+                value = E.cast(X[tuple(k if d == ax else i[d] for d in range(len(i)))], acc)
+                return E.select(inside, value, E.Constant(0 if not acc.is_float() else 0.0, acc))
+            return E.cast(reduce([n], term, "sum"), out_dt)
+        return compute(op, X.shape, element)
+    attrs = {"axis": ax, **({"exclusive": True} if exclusive else {}), **({"reverse": True} if reverse else {})}
+    return apply(op, [x], ["x"], build, attrs)[0]
 
 
 def mean(x: Any, axis: Axis = None, keepdim: bool = False, *, keepdims: bool | None = None) -> Tensor:

@@ -340,3 +340,19 @@ def test_layer_norm_reads_each_row_twice_moments_in_one_pass():
     assert len(re.findall(r"in range\(nvec\w* // 4\)", text)) == 1   # one vectorized pass for both moments
     ref = torch.nn.functional.layer_norm(torch.from_numpy(x), (100,)).numpy()
     np.testing.assert_allclose(y.numpy(), ref, rtol=1e-3, atol=1e-3)  # 1e3 offset: shifted moments
+
+
+@settings(max_examples=8, **SETTINGS)
+@given(shapes(1, 3), st.integers(0, 99), st.booleans(), st.booleans(), st.sampled_from([np.float32, np.int32]),
+       st.data())
+def test_cumsum_matches_numpy(shape, seed, exclusive, reverse, dtype, data):
+    x = rand(shape, seed, dtype, -5, 5)
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    got = ops.cumsum(tl.asarray(x), axis, exclusive, reverse).numpy()
+    flipped = np.flip(x, axis) if reverse else x
+    want = np.cumsum(flipped, axis, dtype=np.float32 if dtype == np.float32 else np.int64)
+    if exclusive:
+        want = want - flipped
+    want = np.flip(want, axis) if reverse else want
+    assert got.dtype == (np.float32 if dtype == np.float32 else np.int64)  # integers sum to int64, as in torch
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)

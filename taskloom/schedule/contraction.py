@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from taskloom.ir import expr as E
 from taskloom.ir.compute import GridCompute, ReduceCompute, Task, inline
-from taskloom.ir.dtypes import float32, index_type
+from taskloom.ir.dtypes import DataType, float32, index_type
 from taskloom.ir.functor import Rewriter, collect, substitute
 from taskloom.ir.index import row_major_offset, unravel
 from taskloom.schedule.vectorize import vectorize_expr
@@ -92,9 +92,11 @@ class _InlineExcept(Rewriter):
         return e
 
 
-def match_contraction(task: Task) -> Contraction | None:
-    """``task`` read as a batched matmul with a prologue and an epilogue, or None."""
-    if len(task.outputs) != 1 or task.outputs[0].dtype != float32:
+def match_contraction(task: Task, out_dtypes: tuple[DataType, ...] = (float32,)) -> Contraction | None:
+    """``task`` read as a batched matmul with a prologue and an epilogue, or None. The sum
+    is of float32 products (half-precision factors are cast up in the prologue); the output
+    may be of any of ``out_dtypes`` (the epilogue casts to it)."""
+    if len(task.outputs) != 1 or task.outputs[0].dtype not in out_dtypes:
         return None
     out = task.outputs[0]
     anchors = [n for n in task.computes() if collect(n.value, ReduceCompute)]

@@ -16,7 +16,7 @@ from taskloom import ops
 from taskloom.graph import Graph, input
 from taskloom.graph.fusion import fuse_graph
 from taskloom.schedule.contraction import match_contraction
-from taskloom.schedule.cuda.matmul import CONFIGS, choose_config, matmul_kernel
+from taskloom.schedule.cuda.matmul import CONFIGS, choose_config, matmul_candidate, matmul_kernel
 from taskloom.target import CudaTarget
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
@@ -96,3 +96,17 @@ def test_the_small_tile_is_chosen_when_the_large_one_leaves_sms_idle():
     [group] = fuse_graph(Graph([a], [ops.matmul(a, taskloom.asarray(arr(32, 128)))]))
     con = match_contraction(group.task)
     assert choose_config(con, 132) == CONFIGS[1] and choose_config(con, 2) == CONFIGS[0]
+
+
+def test_a_float16_matmul_accumulates_in_float32():
+    a, w = arr(33, 70).astype(np.float16), arr(70, 19).astype(np.float16)
+    ai = input(a.shape, "float16", name="a16")
+    [group] = fuse_graph(Graph([ai], [ops.matmul(ai, taskloom.asarray(w))]))
+    assert match_contraction(group.task) is None  # the CPU template keeps to float32 outputs
+    found = matmul_candidate(group.task, CudaTarget.from_arch("sm_80"))
+    assert found is not None
+    fn = found.build(CONFIGS[1], "mm16").fn
+    out = np.zeros((33, 19), np.float16)
+    taskloom.build(fn, target=CudaTarget.from_arch("sm_80"), device="emulator")["mm16"](a, w, out)
+    want = (a.astype(np.float32) @ w.astype(np.float32)).astype(np.float16)
+    np.testing.assert_allclose(out.astype(np.float32), want.astype(np.float32), rtol=2e-3, atol=2e-3)

@@ -4,7 +4,9 @@ outputs in registers, the schedule written as task mappings.
 It serves every task :func:`~taskloom.schedule.contraction.match_contraction` reads as a
 batched matmul (matmul, linear, batch_matmul, an NCHW convolution read as img2col) with
 its prologue and epilogue fused: the factors are read through their expressions when a
-tile is loaded, and the epilogue is applied to each accumulator as it is stored.
+tile is loaded, and the epilogue is applied to each accumulator as it is stored. Half-
+precision factors (float16, bfloat16) are converted as they are loaded: the tiles, the
+products and the sums are float32, and the epilogue rounds the result to the output's type.
 
 A block of 256 threads computes a ``block_m x block_n`` tile of ``C``, one batch element
 at a time (``blockIdx.z``), in steps of ``block_k`` along ``K``:
@@ -33,7 +35,7 @@ import numpy as np
 from taskloom.ir import expr as E
 from taskloom.ir import gpu
 from taskloom.ir import stmt as S
-from taskloom.ir.dtypes import TensorType, float32, index_type
+from taskloom.ir.dtypes import TensorType, bfloat16, float16, float32, index_type
 from taskloom.ir.functor import substitute
 from taskloom.ir.index import unravel
 from taskloom.ir.mapping import repeat, spatial
@@ -219,7 +221,7 @@ def matmul_kernel(con: Contraction, config: SimtConfig, name: str) -> S.Function
 def matmul_candidate(task: Task, target: CudaTarget, constants: Mapping[int, np.ndarray] | None = None,
                      weights_stream: bool = False) -> Candidate | None:
     """The template's offer for a contraction; its config comes from :func:`choose_config`."""
-    con = match_contraction(task)
+    con = match_contraction(task, (float32, float16, bfloat16))
     if con is None:
         return None
     return Candidate("matmul_cuda", con,

@@ -122,3 +122,12 @@ def test_a_row_per_warp_reads_each_element_once_and_coalesced():
     c = report.counters
     # three passes over each row (max, sum, the elements), 8 warp requests a pass, 4 sectors each
     assert c.global_load_requests == 64 * 3 * 8 and c.global_load_sectors == 4 * c.global_load_requests
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_every_kernel_builds_for_hopper_without_spills():
+    hopper = CudaTarget.from_arch("sm_90a")
+    fns = [schedule_task_cuda(group.task, hopper, f"{name}_{k}")
+           for name, graph, _ in CASES for k, group in enumerate(fuse_graph(graph))]
+    module = taskloom.build(fns, target=hopper, device="emulator")
+    assert all(not r.spills for r in module.built.resources.values()), module.built.resources

@@ -72,7 +72,7 @@ def compile(model: Any, example_inputs: Any = None, target: Target | str | None 
 
     For a CUDA target (``"cuda"``, ``"cuda:sm_90"``) the result runs on ``device="cuda"``
     (the GPU, the default) or ``device="emulator"`` (every kernel in the SIMT emulator, on
-    the CPU); torch models through ``torch.compile`` (``options={"device": ...}``).
+    the CPU).
     """
     from taskloom.compiler.graph_compiler import compile_graph
     from taskloom.graph import Graph
@@ -96,12 +96,10 @@ def compile(model: Any, example_inputs: Any = None, target: Target | str | None 
         if example_inputs is None:
             raise ArgumentError("compile(): a torch model needs example_inputs (a tensor or a tuple of tensors) "
                                 "to trace it")
-        if device is not None:
-            raise ArgumentError(f"compile(): device={device!r}: torch models compile for the CPU so far; "
-                                "export the model to ONNX to compile it for a CUDA target")
         from taskloom.frontend.torch import compile_module
         inputs = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
-        return compile_module(model, tuple(inputs), target=target, tune=tune, budget=budget, layout=layout)
+        return compile_module(model, tuple(inputs), target=target, tune=tune, budget=budget, layout=layout,
+                              device=device)
     raise ArgumentError(f"compile() takes a Graph, a torch module or an ONNX model, got {type(model).__name__}")
 
 

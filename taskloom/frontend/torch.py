@@ -365,12 +365,12 @@ def taskloom_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
 
 
 def compile_module(model: Any, example_inputs: tuple[Any, ...], *, target: Any = None, tune: int = 0,
-                   budget: Any = None, layout: str = "auto") -> Any:
+                   budget: Any = None, layout: str = "auto", device: str | None = None) -> Any:
     """``model`` traced on ``example_inputs`` into one :class:`~taskloom.runtime.CompiledGraph`
     (what ``taskloom.compile(model, example_inputs)`` returns): savable, called with the
     same inputs in order. The model must capture as one graph whose outputs it computes;
     for anything else (graph breaks, outputs that are inputs), use :func:`compile`."""
-    backend = Backend(target=target, tune=tune, budget=budget, layout=layout)
+    backend = Backend(target=target, tune=tune, budget=budget, layout=layout, device=device)
     # every module of a class shares its forward's code, and each capture adds an entry to
     # that code's cache until the module is collected: past dynamo's recompile limit (8), a
     # capture with fullgraph=True fails, so compiling a ninth model of a class in one

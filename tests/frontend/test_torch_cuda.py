@@ -74,3 +74,15 @@ def test_cuda_tensors_compile_for_the_gpu_they_are_on():
         want = model(x)
     assert got.is_cuda
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_taskloom_compile_takes_a_torch_model_for_cuda(tmp_path):
+    import taskloom
+    model, x = ConvNet().eval(), torch.randn(1, 3, 16, 16)
+    compiled = taskloom.compile(model, (x,), target="cuda:sm_80", device="emulator")
+    with torch.no_grad():
+        want = model(x)
+    torch.testing.assert_close(compiled(x), want, rtol=1e-4, atol=1e-5)
+    compiled.save(tmp_path / "convnet.tlm")
+    torch.testing.assert_close(taskloom.load(tmp_path / "convnet.tlm", device="emulator")(x), want,
+                               rtol=1e-4, atol=1e-5)

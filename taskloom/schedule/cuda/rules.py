@@ -107,6 +107,12 @@ def schedule_task_cuda(task: Task, target: CudaTarget, name: str | None = None) 
         split = row_axes(_Inline({t: t for t in task.inputs}).visit(out.value), out.axes)
         if split is not None:
             return _rows_kernel(task, split, name)
+    return per_element_kernel(task, name)
+
+
+def per_element_kernel(task: Task, name: str | None = None) -> S.Function:
+    """``task`` with a thread for each element of its largest output (the rule that serves
+    every task)."""
     names, params, tensors = _parameters(task)
     sizes = [simplify_expr(E.as_expr(prod(o.shape))) for o in task.outputs]
     total = sizes[0]

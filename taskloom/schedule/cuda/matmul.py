@@ -11,11 +11,12 @@ products and the sums are float32, and the epilogue rounds the result to the out
 A block of 256 threads computes a ``block_m x block_n`` tile of ``C``, one batch element
 at a time (``blockIdx.z``), in steps of ``block_k`` along ``K``:
 
-1. **load**: the threads copy ``A[bm:+block_m, k0:+block_k]`` into shared memory transposed
-   (``As[k][m]``, rows padded by 4 floats so the transposing stores fall in 32 banks) and
-   ``B[k0:+block_k, bn:+block_n]`` as it is (``Bs[k][n]``); consecutive threads take
-   consecutive elements of memory, so a warp's loads coalesce. Elements past ``M``, ``N``
-   or ``K`` load as 0: every shape works, primes included.
+1. **load**: the threads copy ``A[bm:+block_m, k0:+block_k]`` into shared memory as
+   ``As[k][m]`` and ``B[k0:+block_k, bn:+block_n]`` as ``Bs[k][n]``. Consecutive threads
+   take consecutive elements of memory (along K for a row-major A or a linear layer's
+   weight, along N for a row-major B), so a warp's loads coalesce; the tiles' rows are
+   padded by 4 floats so the stores fall in 32 banks either way. Elements past ``M``,
+   ``N`` or ``K`` load as 0: every shape works, primes included.
 2. **compute**: for each ``k`` of the step, every thread reads its rows of ``As`` and its
    columns of ``Bs`` into registers and adds their outer product to its accumulators. The
    thread tile is Hidet's composed mapping ``spatial(warps) * spatial(lanes) *
@@ -36,7 +37,7 @@ from taskloom.ir import expr as E
 from taskloom.ir import gpu
 from taskloom.ir import stmt as S
 from taskloom.ir.dtypes import TensorType, bfloat16, float16, float32, index_type
-from taskloom.ir.functor import substitute
+from taskloom.ir.functor import collect, substitute
 from taskloom.ir.index import unravel
 from taskloom.ir.mapping import repeat, spatial
 from taskloom.ir.compute import Task
@@ -101,10 +102,10 @@ class _Kernel:
         self.con, self.c, self.read, self.out, self.names = con, config, read, out, names
         v = lambda n: E.Var(names.fresh(n), index_type)  # noqa: E731
         self.tid, self.bm, self.bn, self.bz, self.k0 = v("tid"), v("bm"), v("bn"), v("batch"), v("k0")
-        pad = 4  # As rows padded: the transposing stores of a warp fall in distinct banks
+        pad = 4  # rows padded: a warp storing 8 values of k for 4 positions hits 32 banks
         buffer = lambda n, r, c: E.Var(names.fresh(n), TensorType(float32, (E.as_expr(r), E.as_expr(c))))  # noqa: E731
         self.As = buffer("As", config.block_k, config.block_m + pad)
-        self.Bs = buffer("Bs", config.block_k, config.block_n)
+        self.Bs = buffer("Bs", config.block_k, config.block_n + pad)
         tm, tn = config.thread_tile
         self.acc = buffer("acc", tm, tn)
         self.a_frag = E.Var(names.fresh("a_frag"), TensorType(float32, (E.as_expr(tm),)))
@@ -136,23 +137,37 @@ class _Kernel:
         return [E.Var(self.names.fresh(n), index_type) for n in names]
 
     def _load(self) -> S.Stmt:
-        """Both tiles into shared memory, consecutive threads on consecutive elements."""
+        """Both tiles into shared memory, 0 past the edges of M, N and K."""
         c, con = self.c, self.con
-        i, k, kk, j = self._vars("i", "k", "kk", "j")
-        a_rows = THREADS // c.block_k  # rows of A the block loads at once (threads along K)
-        b_rows = THREADS // c.block_n
-        m, ka = self.bm + i, self.k0 * c.block_k + k
-        kb, n = self.k0 * c.block_k + kk, self.bn + j
-        a = E.select(E.logical_and(m < con.M, ka < con.K), self.read(con.a, {con.vb: self.bz, con.vm: m, con.vk: ka}),
-                     E.Constant(0.0, float32))
-        b = E.select(E.logical_and(kb < con.K, n < con.N), self.read(con.b, {con.vb: self.bz, con.vk: kb, con.vn: n}),
-                     E.Constant(0.0, float32))
-        load_a = S.ForMapping((i, k), repeat(c.block_m // a_rows, 1) * spatial(a_rows, c.block_k), self.tid,
-                              S.BufferStore(self.As, (k, i), a))
-        load_b = S.ForMapping((kk, j), repeat(c.block_k // b_rows, 1) * spatial(b_rows, c.block_n), self.tid,
-                              S.BufferStore(self.Bs, (kk, j), b))
-        return S.seq([S.Comment("load: A transposed into As[k][m], B into Bs[k][n], 0 past the edges"),
-                      load_a, load_b])
+
+        def a(k: E.Expr, m: E.Expr) -> E.Expr:
+            inside = E.logical_and(m < con.M, k < con.K)
+            return E.select(inside, self.read(con.a, {con.vb: self.bz, con.vm: m, con.vk: k}), E.Constant(0.0, float32))
+
+        def b(k: E.Expr, n: E.Expr) -> E.Expr:
+            inside = E.logical_and(k < con.K, n < con.N)
+            return E.select(inside, self.read(con.b, {con.vb: self.bz, con.vk: k, con.vn: n}), E.Constant(0.0, float32))
+        return S.seq([S.Comment("load: A into As[k][m], B into Bs[k][n], consecutive threads along the axis "
+                                "each is contiguous in"),
+                      self._tile(self.As, self.bm, c.block_m, _k_contiguous(con.a, con.vk, con.vm), a),
+                      self._tile(self.Bs, self.bn, c.block_n, _k_contiguous(con.b, con.vk, con.vn), b)])
+
+    def _tile(self, buf: E.Var, base: E.Expr, width: int, along_k: bool,
+              value: "Callable[[E.Expr, E.Expr], E.Expr]") -> S.Stmt:
+        """``buf[k][x] = value(k0 + k, base + x)`` for the step's ``block_k x width`` tile.
+        Consecutive threads take consecutive ``k`` when the operand is contiguous along K (a
+        warp reads 4 rows of 8), else consecutive ``x``; either way a warp's loads coalesce,
+        and the rows' padding keeps its stores in distinct banks."""
+        c = self.c
+        k, x = self._vars("k", "x")
+        if along_k:
+            lanes = THREADS // c.block_k  # positions along x a pass covers
+            mapping, order = repeat(width // lanes, 1) * spatial(lanes, c.block_k), (x, k)
+        else:
+            lanes = THREADS // width
+            mapping, order = repeat(c.block_k // lanes, 1) * spatial(lanes, width), (k, x)
+        store = S.BufferStore(buf, (k, x), value(self.k0 * c.block_k + k, base + x))
+        return S.ForMapping(order, mapping, self.tid, store)
 
     def _thread_tile(self, body: "Callable[[E.Expr, E.Expr], S.Stmt]", rows: bool = True,
                      cols: bool = True) -> S.Stmt:
@@ -201,6 +216,16 @@ class _Kernel:
             index = unravel((self.bz * con.M + m) * con.N + n, con.output.shape)
             return S.If(E.logical_and(m < con.M, n < con.N), S.BufferStore(self.out, tuple(index), value))
         return S.seq([S.Comment("store: the epilogue of each accumulator, inside C only"), self._thread_tile(store)])
+
+
+def _k_contiguous(operand: E.Expr, vk: E.Var, other: E.Var) -> bool:
+    """Whether ``operand`` (a factor of the contraction) reads memory contiguous along K:
+    the innermost index of its first read depends on ``vk`` and not on ``other``."""
+    for read in collect(operand, E.TensorElement):
+        last = E.free_vars(read.indices[-1])  # type: ignore[attr-defined]
+        if vk in last or other in last:
+            return vk in last and other not in last
+    return False
 
 
 def matmul_kernel(con: Contraction, config: SimtConfig, name: str) -> S.Function:

@@ -37,15 +37,16 @@ class CudaCompiledGraph:
     """Call it with one array per graph input; it returns the outputs (one, or a tuple)."""
 
     def __init__(self, built: BuiltCudaLibrary, meta: dict[str, Any], constants: Sequence[np.ndarray],
-                 device: str = "cuda", library: Any = None):
-        """``built``: the nvcc build (its library, target and lowered kernels); ``library``:
-        that library already loaded from memory (a saved model's)."""
+                 device: str = "cuda", library: Any = None, lib_bytes: bytes | None = None):
+        """``built``: the nvcc build (its library, target and lowered kernels); ``library``
+        and ``lib_bytes``: that library loaded from memory, and its bytes (a saved model's)."""
         if device not in DEVICES:
             raise TaskloomError(f"device={device!r} is not a CUDA device; use 'cuda' (the GPU) or 'emulator' "
                                 "(the SIMT emulator, on the CPU)")
         self.built, self.meta, self.device = built, meta, device
         self.inputs, self.outputs = meta["inputs"], meta["outputs"]
         self.constants = list(constants)
+        self._lib_bytes = lib_bytes
         self.source_path = built.source_path
         self._kernels = {f.name: f for f in built.kernels}
         self._lock = threading.Lock()  # one arena: calls run one at a time
@@ -69,7 +70,7 @@ class CudaCompiledGraph:
         the library nvcc built (kernels, launcher, the record a load checks), the kernels' IR
         for the emulator, and the constants. A machine without a GPU saves what one with a
         GPU loads."""
-        lib = self.built.lib_path.read_bytes()
+        lib = self._lib_bytes if self._lib_bytes is not None else self.built.lib_path.read_bytes()
         specs = [(c.dtype.name, c.shape) for c in self.constants]
         try:
             saved_file.check_library_record(lib, self.meta, specs, f"cannot save {path}",
@@ -100,7 +101,7 @@ class CudaCompiledGraph:
         except TaskloomError as e:
             raise LoadError(f"{where}: a kernel's IR does not parse ({e}); the file is damaged") from None
         built = BuiltCudaLibrary(Path(where), Path(where), [], target, {}, kernels)
-        return cls(built, meta, constants, device, library)
+        return cls(built, meta, constants, device, library, lib)
 
     # ------------------------------------------------------------------ the emulator
     def _run_emulator(self, args: Sequence[Any]) -> list[np.ndarray]:

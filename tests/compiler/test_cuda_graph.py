@@ -105,6 +105,8 @@ def test_a_cuda_graph_saves_here_and_loads_in_the_emulator(tmp_path):
     loaded = taskloom.load(tmp_path / "mlp.tlm", device="emulator")
     for got, want in zip(loaded(x), model(x)):
         np.testing.assert_array_equal(got, want)
+    loaded.save(tmp_path / "again.tlm")  # a loaded model saves as it was
+    assert (tmp_path / "again.tlm").read_bytes() == (tmp_path / "mlp.tlm").read_bytes()
     with pytest.raises(TaskloomError, match="needs an NVIDIA GPU"):
         taskloom.load(tmp_path / "mlp.tlm")  # device="cuda", and this machine has no GPU
 

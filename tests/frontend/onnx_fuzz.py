@@ -492,8 +492,9 @@ def check_mutant(seed: int, i: int, stage: Callable[[str], None] = lambda s: Non
     except Exception:
         model, feeds = None, None
     stage("taskloom")
+    target = os.environ.get("ONNX_FUZZ_TARGET")  # "cuda:sm_90": the CUDA path, in the SIMT emulator
     try:
-        compiled = from_onnx(data)
+        compiled = from_onnx(data, target=target, device="emulator" if target and target.startswith("cuda") else None)
         outs = None
         if feeds is not None:
             got = compiled(*feeds.values())
@@ -568,7 +569,9 @@ class Report:
 
 def _worker(seed: int, start: int, stop: int) -> None:
     """Run mutants ``start..stop-1``, one JSON line per event on stdout. ``ONNX_FUZZ_FAULTS``
-    (``"3:crash,5:hang"``) makes the worker fail on purpose, to test the harness."""
+    (``"3:crash,5:hang"``) makes the worker fail on purpose, to test the harness;
+    ``ONNX_FUZZ_TARGET`` (``"cuda:sm_90"``) compiles for that target (CUDA ones run in the
+    emulator)."""
     import warnings
     warnings.simplefilter("ignore")
     channel = os.fdopen(os.dup(1), "w")  # the events; whatever else writes to stdout goes to stderr

@@ -2,7 +2,8 @@
 few small valid models either compiles and agrees with onnxruntime, or raises a
 TaskloomError; never another exception, a crash or a hang.
 
-A short batch runs by default; a long one under ``-m slow``:
+A short batch runs by default; a long one under ``-m slow``. Both run again on the CUDA
+path (compiled for sm_90, every kernel run in the SIMT emulator) where nvcc is installed:
 
     .venv/bin/python -m pytest tests/frontend/test_onnx_fuzz.py -m slow -q
 
@@ -10,6 +11,8 @@ A failure names each bad mutant by number; ``onnx_fuzz.mutant(seed, i)`` rebuild
 ``onnx_fuzz.check_mutant(seed, i)`` replays it in the test process.
 """
 from __future__ import annotations
+
+import shutil
 
 import numpy as np
 import pytest
@@ -22,6 +25,7 @@ from tests.frontend import onnx_fuzz  # noqa: E402
 from tests.frontend.onnx_fuzz import SEEDS, describe, mutant, run_fuzz  # noqa: E402
 
 SHORT, LONG = 80, 1000
+SHORT_CUDA, LONG_CUDA = 30, 300
 
 
 @pytest.mark.parametrize("name", sorted(SEEDS))
@@ -45,6 +49,17 @@ def test_short_fuzz_run():
     counts = report.counts()
     assert len(report.results) == SHORT
     assert counts["match"] >= SHORT // 10 and counts["taskloom_error"] >= SHORT // 10, describe(report)
+    assert not report.failures(), describe(report)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+@pytest.mark.parametrize("count", [pytest.param(SHORT_CUDA, id="short"),
+                                   pytest.param(LONG_CUDA, id="long", marks=pytest.mark.slow)])
+def test_fuzz_run_on_the_cuda_path(monkeypatch, count):
+    """The same mutants compiled for CUDA and run in the SIMT emulator."""
+    monkeypatch.setenv("ONNX_FUZZ_TARGET", "cuda:sm_90")
+    report = run_fuzz(seed=3, count=count)
+    assert report.counts()["match"] >= count // 10, describe(report)
     assert not report.failures(), describe(report)
 
 

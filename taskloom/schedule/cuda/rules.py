@@ -170,7 +170,7 @@ def _rows_kernel(task: Task, split: int, name: str | None) -> S.Function:
     else:
         t, j = E.Var(names.fresh("t"), index_type), E.Var(names.fresh(out.axes[-1].name), index_type)
         body += [S.Comment("the row's elements, strided as the reductions were"),
-                 S.For(t, E.cdiv(length, threads), S.seq([
+                 S.For(t, E.as_expr(E.cdiv(E.as_expr(length), threads)), S.seq([
                      S.Let(j, t * threads + lane),
                      S.If(j < length, S.BufferStore(tensors[out], (*outer, j), substitute(value, {out.axes[-1]: j})))]))]
     doc = (f"{task.name}: scheduled by the CUDA rules, a {'warp' if threads < BLOCK else 'block'} a row")

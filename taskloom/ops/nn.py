@@ -409,8 +409,10 @@ def conv2d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any 
         ow = (Wd + (pl + pr) - ((KW - 1) * dw + 1)) // sw + 1
         acc = _acc_type(X.dtype)
 
-        def value(lead, o, oy, ox):
-            first = 0 if groups == 1 else (o // (O // groups)) * Cg  # first input channel of o's group
+        def value(lead, o, oy, ox, group=None):
+            if group is None:
+                group = 0 if groups == 1 else o // (O // groups)
+            first = group * Cg  # the first input channel of o's group
 
             def term(c, ky, kx):
                 iy = _window_index(oy, sh, pt, ky, dh)
@@ -430,6 +432,16 @@ def conv2d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any 
                 s = s + E.cast(Bias[o], acc)
             return E.cast(s, X.dtype)
         lead_shape = [X.shape[0]] if batched else []
+        per_group = c_out // groups  # a Python int, whatever symbols the eager placeholders hold
+        if groups > 1 and per_group > 1 and not nhwc:
+            # a batch of matmuls, one a group: computed over (batch, group, channel of the
+            # group, y, x), which the matmul template reads as a batched contraction, and
+            # read back as (batch, channel, y, x) by a reshape that fuses as its epilogue
+            nb = len(lead_shape)
+            grouped = compute(f"{op}_groups", [*lead_shape, groups, per_group, oh, ow],
+                              lambda *i: value(i[:nb], i[nb] * per_group + i[nb + 1], i[-2], i[-1], i[nb]))
+            return compute(op, [*lead_shape, O, oh, ow],
+                           lambda *i: grouped[(*i[:nb], i[nb] // per_group, i[nb] % per_group, i[-2], i[-1])])
         return _spatial_compute(op, [*lead_shape, O], oh, ow,
                                 lambda lead, oy, ox: value(lead[:-1], lead[-1], oy, ox), layout)
     attrs = {"stride": (sh, sw), "padding": (pt, pb, pl, pr), "dilation": (dh, dw), "groups": groups}

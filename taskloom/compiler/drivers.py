@@ -8,6 +8,7 @@ nothing measured.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -33,8 +34,12 @@ def _matmul_cpu_config(found: Candidate, target: Target, tune: int, deadline: fl
 
 
 def _matmul_cuda_config(found: Candidate, target: Target, tune: int, deadline: float | None) -> Any:
-    """The tile that fills the GPU (nothing is measured on the GPU yet, at any level)."""
+    """The tile that fills the GPU. Nothing is measured on the GPU yet: a tuning level above
+    0 says so once and takes the same choice."""
     from taskloom.schedule.cuda.matmul import choose_config as choose_cuda
+    if tune > 0:
+        warnings.warn(f"tune={tune}: the CUDA matmul template is not tuned by measurement yet; its config is "
+                      "chosen from the GPU's SM count, as at tune=0", RuntimeWarning, stacklevel=2)
     return choose_cuda(found.tunable, target.num_sms)  # type: ignore[attr-defined]
 
 

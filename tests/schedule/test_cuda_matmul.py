@@ -110,3 +110,10 @@ def test_a_float16_matmul_accumulates_in_float32():
     taskloom.build(fn, target=CudaTarget.from_arch("sm_80"), device="emulator")["mm16"](a, w, out)
     want = (a.astype(np.float32) @ w.astype(np.float32)).astype(np.float16)
     np.testing.assert_allclose(out.astype(np.float32), want.astype(np.float32), rtol=2e-3, atol=2e-3)
+
+
+def test_tuning_a_cuda_graph_says_that_nothing_is_measured():
+    a = feed("a", arr(16, 8))
+    with pytest.warns(RuntimeWarning, match="not tuned by measurement yet"):
+        taskloom.compile(Graph([a], [ops.matmul(a, taskloom.asarray(arr(8, 4)))]), target="cuda:sm_80",
+                         device="emulator", tune=1)

@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from taskloom.backend.codegen_c import codegen_c
+from taskloom.backend.codegen_x86 import codegen_x86 as codegen_c
 from taskloom.backend.compiler import compile_shared_library
 from taskloom.ir import stmt as S
 from taskloom.schedule.templates.matmul_cpu import MatmulConfig, matmul_program

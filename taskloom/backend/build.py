@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from taskloom.backend.cache import BuildCache
-from taskloom.backend.codegen_c import c_symbol, codegen_c
+from taskloom.backend.codegen_c import c_symbol
 from taskloom.backend.codegen_cuda import codegen_cuda
+from taskloom.backend.codegen_x86 import codegen_x86
 from taskloom.backend.compiler import compile_shared_library
 from taskloom.backend.nvcc import KernelResources, compile_cuda_library
 from taskloom.errors import CodegenError, LoadError, TaskloomError
@@ -20,7 +21,7 @@ from taskloom.ir import stmt as S
 from taskloom.ir.dtypes import DataType, PointerType, TensorType
 from taskloom.ir.printer import expr_text
 from taskloom.target import get_cpu_target
-from taskloom.target.cpu import CpuTarget
+from taskloom.target.base import Target
 from taskloom.target.cuda import CudaTarget
 from taskloom import transforms
 
@@ -32,7 +33,7 @@ class BuiltLibrary:
     lib_path: Path
     source_path: Path
     signatures: list[dict[str, Any]]
-    target: CpuTarget
+    target: Target
 
 
 def _dim(d: E.Expr, params: set[str], where: str) -> int | str:
@@ -66,7 +67,7 @@ def signature(fn: S.Function) -> dict[str, Any]:
     return {"name": fn.name, "symbol": c_symbol(fn.name), "params": params}
 
 
-def build_library(functions: S.Function | S.Module | Sequence[S.Function], target: CpuTarget | str | None = None,
+def build_library(functions: S.Function | S.Module | Sequence[S.Function], target: Target | str | None = None,
                   *, name: str | None = None, cache: BuildCache | None = None,
                   extra_source: str = "", timings: dict[str, float] | None = None,
                   load_check: bool = False) -> BuiltLibrary:
@@ -85,7 +86,7 @@ def build_library(functions: S.Function | S.Module | Sequence[S.Function], targe
     started = time.perf_counter()
     sigs = _signatures(fns)
     module = S.Module(tuple(transforms.lower(f) for f in fns))
-    source = codegen_c(module, tgt) + extra_source
+    source = codegen_x86(module, tgt) + extra_source
     generated = time.perf_counter()
 
     def compile_() -> Path:

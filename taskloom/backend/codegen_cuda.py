@@ -16,8 +16,8 @@ make one and read it back, and its ``taskloom_checks`` says what each check guar
 """
 from __future__ import annotations
 
-from taskloom.backend.codegen_c import (_ATOM, STATUS, _FunctionCodegen, _float_literal, c_name, c_symbol, c_type,
-                                        checks_table)
+from taskloom.backend.codegen_c import (ATOM, STATUS, CFamilyCodegen, c_name, c_symbol, c_type, checks_table,
+                                        float_literal)
 from taskloom.backend.cuda_prelude import CUDA_PRELUDE
 from taskloom.errors import CodegenError
 from taskloom.ir import expr as E
@@ -32,9 +32,9 @@ _SHUFFLE = {"shfl_xor": "__shfl_xor_sync", "shfl_down": "__shfl_down_sync", "shf
 LAUNCH_PREFIX = "launch_"
 
 
-class _CudaKernelCodegen(_FunctionCodegen):
+class _CudaKernelCodegen(CFamilyCodegen):
     def __init__(self, fn: S.Function, target: CudaTarget, checks: list[str] | None = None):
-        super().__init__(fn, target, checks)  # type: ignore[arg-type]
+        super().__init__(fn, target, checks)
         self.where = f"CUDA kernel '{fn.name}'"
         self.written = gpu.written_tensors(fn.body)
 
@@ -50,7 +50,7 @@ class _CudaKernelCodegen(_FunctionCodegen):
 
     def constant(self, c: E.Constant) -> tuple[str, int]:
         if c.type.name == "float16":
-            return f"__float2half({_float_literal(float(c.value), float32)})", _ATOM
+            return f"__float2half({float_literal(float(c.value), float32)})", ATOM
         return super().constant(c)
 
     def call(self, e: E.Call) -> str:
@@ -89,13 +89,18 @@ class _CudaKernelCodegen(_FunctionCodegen):
         else:
             super().stmt(s, d)
 
+    def loop_pragma(self, s: S.For) -> str | None:
+        # a vectorize loop is a serial loop in one thread; it keeps the simd hint the C
+        # renderer always gave it, which nvcc ignores
+        return "#pragma omp simd" if s.kind == "vectorize" else super().loop_pragma(s)
+
     def unroll_pragma(self, s: S.For) -> str:
         return f"#pragma unroll {s.extent.value}" if E.is_const(s.extent) else "#pragma unroll"  # type: ignore[attr-defined]
 
-    def declare(self, s: S.Declare, d: int) -> None:
+    def declare_buffer(self, s: S.Declare, d: int) -> None:
+        """A shared or register array: a CUDA kernel's buffers have static sizes."""
         t = s.var.type
-        if not isinstance(t, TensorType):
-            return super().declare(s, d)
+        assert isinstance(t, TensorType)
         if s.scope == "global":
             raise CodegenError(f"{self.where}: buffer '{s.var.name}' is declared in global scope; a CUDA "
                                "kernel gets global memory as a parameter")
@@ -113,11 +118,8 @@ class _CudaKernelCodegen(_FunctionCodegen):
         grid, block, dynamic = gpu.launch_dims(self.fn)
         threads = _static_product(block)
         bounds = f"__launch_bounds__({threads}) " if threads is not None else ""
-        doc = self.fn.attr("doc")
-        if doc:
-            self.lines += ["/*", *(f" * {l}".rstrip() for l in doc.splitlines()), " */"]
-        status = [f"tl_status* __restrict__ {STATUS}"] if self.fn.reports_status else []
-        params = ", ".join([self.param(p) for p in self.fn.params] + status) or "void"
+        self.emit_doc()
+        params = self.param_list()
         symbol = c_symbol(self.fn.name)
         self.emit(0, f'extern "C" __global__ void {bounds}{symbol}({params}) {{')
         self.block(self.fn.body, 1)

@@ -13,7 +13,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from taskloom.backend.cache import BuildCache
 from taskloom.errors import CompileError
-from taskloom.target.cpu import CpuTarget
+from taskloom.target.base import Target
+from taskloom.target.cpu import host_target
 
 BASE_FLAGS: tuple[str, ...] = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=gnu11")
 LINK_FLAGS: tuple[str, ...] = ("-lm",)
@@ -44,23 +45,24 @@ def _version_of(command: tuple[str, ...]) -> str:
     return lines[0] if lines else shlex.join(command)
 
 
-def build_flags(target: CpuTarget, extra_flags: Sequence[str] = ()) -> list[str]:
-    """Every compiler flag of a build for ``target``, in command-line order."""
-    return [*BASE_FLAGS, *target.cflags(), *extra_flags]
+def build_flags(target: Target, extra_flags: Sequence[str] = ()) -> list[str]:
+    """Every compiler flag of a build for ``target`` (a CPU target, which says its gcc
+    flags), in command-line order."""
+    return [*BASE_FLAGS, *target.cflags(), *extra_flags]  # type: ignore[attr-defined]
 
 
-def build_key(source: str, flags: Sequence[str], target: CpuTarget) -> str:
+def build_key(source: str, flags: Sequence[str], target: Target) -> str:
     """The cache key of a build: sha256 of the source, the flags and the compiler version."""
     parts: dict[str, Any] = {"source": source, "flags": list(flags), "link": list(LINK_FLAGS),
                              "compiler": compiler_version(), "target": target.key()}
     if "-march=native" in flags:
         # -march=native means something else on another machine sharing the cache.
-        host = CpuTarget.host()
+        host = host_target()
         parts["host"] = [host.name, host.key()]
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
-def compile_shared_library(source: str, target: CpuTarget, *, name: str = "module",
+def compile_shared_library(source: str, target: Target, *, name: str = "module",
                            extra_flags: Sequence[str] = (), cache: BuildCache | None = None,
                            meta: Mapping[str, Any] | None = None,
                            timeout: float = DEFAULT_TIMEOUT_S) -> Path:

@@ -16,8 +16,9 @@ from taskloom.ir import expr as E
 from taskloom.ir.compute import Task
 from taskloom.ir.functor import substitute
 from taskloom.runtime import Kernel, load_module
-from taskloom.schedule.rule_based import schedule_task
-from taskloom.target.cpu import CpuTarget, host_target
+from taskloom.schedule.rule_based_cpu import schedule_task
+from taskloom.target.base import Target
+from taskloom.target.cpu import host_target
 from taskloom.ir.arith import simplify_expr
 
 #: Kernels kept loaded in this process; older ones are dropped (the disk cache keeps them).
@@ -25,7 +26,7 @@ MAX_LOADED = 512
 _loaded: OrderedDict[tuple[Task, str], Kernel] = OrderedDict()
 
 
-def compile_task(task: Task, target: CpuTarget | None = None) -> Kernel:
+def compile_task(task: Task, target: Target | None = None) -> Kernel:
     """The loaded kernel of ``task`` for ``target`` (default: this machine), built once."""
     tgt = target or host_target()
     key = (task, tgt.key())

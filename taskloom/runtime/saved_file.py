@@ -333,7 +333,7 @@ def _check_copy(out: dict[str, Any], j: int, sources: dict[str, list[Any]], wher
 
 def _check_target(meta: dict[str, Any], where: str) -> None:
     from taskloom.errors import TaskloomError
-    from taskloom.target.cpu import CpuTarget
+    from taskloom.target import KINDS, host_target
     if meta["target"].get("kind") == "cuda":  # where it may run is the device's to say
         from taskloom.target.cuda import CudaTarget
         try:
@@ -341,13 +341,13 @@ def _check_target(meta: dict[str, Any], where: str) -> None:
         except (TaskloomError, TypeError, ValueError, KeyError) as exc:
             raise LoadError(f"{where}: its target is not a valid CUDA target description: {exc}") from None
         return
-    try:
-        target = CpuTarget.from_dict(meta["target"])
+    try:  # any other kind is refused as no CPU description
+        target = KINDS["cpu"].from_dict(meta["target"])
     except (TaskloomError, TypeError, ValueError) as exc:
         raise LoadError(f"{where}: its target is not a valid CPU target description: {exc}") from None
-    if not target.runs_on_host():
+    if not target.runs_on_host():  # type: ignore[attr-defined]
         raise LoadError(f"{where} was built for {target.key()}, which this machine cannot run "
-                        f"(it has {CpuTarget.host().key()}); compile the model here instead")
+                        f"(it has {host_target().key()}); compile the model here instead")
 
 
 def _constant(body: memoryview, c: dict[str, Any], where: str) -> np.ndarray:

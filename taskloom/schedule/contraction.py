@@ -27,8 +27,6 @@ from taskloom.ir.compute import GridCompute, ReduceCompute, Task, inline
 from taskloom.ir.dtypes import DataType, float32, index_type
 from taskloom.ir.functor import Rewriter, collect, substitute
 from taskloom.ir.index import row_major_offset, unravel
-from taskloom.schedule.vectorize import vectorize_expr
-from taskloom.target.cpu import CpuTarget
 from taskloom.ir.arith import simplify_expr
 
 
@@ -197,28 +195,9 @@ LANE_NODES_PER_CYCLE = 16.0
 DEFAULT_PACK = (VECTOR_COPY_CYCLES, VECTOR_COPY_CYCLES)
 
 
-def pack_kinds(con, target: CpuTarget) -> tuple[str, str]:
-    """How post-scheduling fusion packs A and B of the fused contraction ``con``: ``copy``
-    (a contiguous vector copy), ``vec`` (lanes computed as vectors), ``gather`` (strided
-    vector gathers) or ``lane<N>`` (element by element, the scalar prologue having N nodes).
-    They are part of a workload's record key, so the cost model can price records of tasks
-    it cannot rebuild."""
-    L = target.vector_lanes(float32)
-
-    def kind(expr: E.Expr, along: E.Var) -> str:
-        vector = vectorize_expr(expr, along, E.Var("pack_start", along.type), L, None, aligned=True)
-        if vector is None:
-            return f"lane{len(collect(expr, E.Expr))}"
-        if isinstance(vector, E.VectorLoad) and vector.stride == 1:
-            return "copy"
-        gathers = isinstance(vector, E.VectorLoad) or any(n.stride != 1 for n in collect(vector, E.VectorLoad))
-        return "gather" if gathers else "vec"
-
-    return kind(con.a, con.vk), kind(con.b, con.vn)
-
-
 def pack_cost(kind: str, lanes: int) -> float:
-    """Cycles per packed vector of ``lanes`` elements of a :func:`pack_kinds` kind."""
+    """Cycles per packed vector of ``lanes`` elements of a
+    :func:`~taskloom.schedule.cpu.pack_kinds` kind."""
     if kind == "copy":
         return VECTOR_COPY_CYCLES
     if kind == "vec":
@@ -249,18 +228,14 @@ def plain_a_stride(shape: tuple[int, int, int, int], pack: tuple[float, float]) 
 
 
 def kinds_cost(kinds: tuple[str, str], lanes: int) -> tuple[float, float]:
-    """Cycles per vector of packing A and B, packed as ``kinds`` (:func:`pack_kinds`)."""
+    """Cycles per vector of packing A and B, packed as ``kinds``
+    (:func:`~taskloom.schedule.cpu.pack_kinds`)."""
     return pack_cost(kinds[0], lanes), pack_cost(kinds[1], lanes)
-
-
-def pack_costs(con, target: CpuTarget) -> tuple[float, float]:
-    """Cycles per vector of packing A and B for the fused contraction ``con``."""
-    return kinds_cost(pack_kinds(con, target), target.vector_lanes(float32))
 
 
 def a_row_stride(con: Contraction, a_kind: str) -> int:
     """The distance in elements between two rows of A as the fused kernel reads them, when
-    A packs by plain copies (``a_kind``, its :func:`pack_kinds` kind,
+    A packs by plain copies (``a_kind``, its :func:`~taskloom.schedule.cpu.pack_kinds` kind,
     is ``copy``) of one input at ``row(b, m) + k`` (a matrix, a 1x1 convolution's NHWC
     input): what decides whether the template reads A in place
     (:func:`~taskloom.schedule.templates.matmul_cpu.reads_a_in_place`); 0 otherwise. A

@@ -4,7 +4,7 @@ A (fused) task that reads as a contraction (:mod:`taskloom.schedule.contraction`
 matmul template (:mod:`taskloom.schedule.templates.matmul_cpu`) with the config a driver
 chooses, and its prologues and epilogues through post-scheduling fusion; contractions the
 template would serve badly, such as a matrix-vector product, and every other task go to
-:func:`~taskloom.schedule.rule_based.schedule_task`. When the graph compiler says which
+:func:`~taskloom.schedule.rule_based_cpu.schedule_task`. When the graph compiler says which
 task inputs are constants, a contraction whose B reads only constants gets B packed at
 compile time (:mod:`taskloom.schedule.prepack`). Both register for target kind ``"cpu"``.
 """
@@ -17,18 +17,45 @@ from typing import Callable, Mapping
 import numpy as np
 
 from taskloom.ir import cdiv
+from taskloom.ir import expr as E
 from taskloom.ir import stmt as S
 from taskloom.ir.compute import Task
 from taskloom.ir.dtypes import float32
+from taskloom.ir.functor import collect
 from taskloom.ir.printer import expr_text
-from taskloom.schedule.contraction import (Contraction, a_row_stride, b_vectorizes, kinds_cost, match_contraction,
-                                           pack_kinds)
+from taskloom.schedule.contraction import Contraction, a_row_stride, b_vectorizes, kinds_cost, match_contraction
 from taskloom.schedule.post_fusion import fuse_contraction, fused_arg_specs, inputs_beside_panels
 from taskloom.schedule.prepack import constant_b
 from taskloom.schedule.registry import Candidate, Scheduled, register_rules, register_template
-from taskloom.schedule.rule_based import schedule_task
+from taskloom.schedule.rule_based_cpu import schedule_task
 from taskloom.schedule.templates.matmul_cpu import MatmulConfig, matmul_program, pack_b_panels
+from taskloom.schedule.vectorize import vectorize_expr
 from taskloom.target.cpu import CpuTarget
+
+
+def pack_kinds(con, target: CpuTarget) -> tuple[str, str]:
+    """How post-scheduling fusion packs A and B of the fused contraction ``con``: ``copy``
+    (a contiguous vector copy), ``vec`` (lanes computed as vectors), ``gather`` (strided
+    vector gathers) or ``lane<N>`` (element by element, the scalar prologue having N nodes).
+    They are part of a workload's record key, so the cost model can price records of tasks
+    it cannot rebuild."""
+    L = target.vector_lanes(float32)
+
+    def kind(expr: E.Expr, along: E.Var) -> str:
+        vector = vectorize_expr(expr, along, E.Var("pack_start", along.type), L, None, aligned=True)
+        if vector is None:
+            return f"lane{len(collect(expr, E.Expr))}"
+        if isinstance(vector, E.VectorLoad) and vector.stride == 1:
+            return "copy"
+        gathers = isinstance(vector, E.VectorLoad) or any(n.stride != 1 for n in collect(vector, E.VectorLoad))
+        return "gather" if gathers else "vec"
+
+    return kind(con.a, con.vk), kind(con.b, con.vn)
+
+
+def pack_costs(con, target: CpuTarget) -> tuple[float, float]:
+    """Cycles per vector of packing A and B for the fused contraction ``con``."""
+    return kinds_cost(pack_kinds(con, target), target.vector_lanes(float32))
 
 
 def template_serves(con: Contraction, target: CpuTarget) -> bool:
@@ -48,7 +75,7 @@ def template_serves(con: Contraction, target: CpuTarget) -> bool:
 
 def workload_key(con: Contraction, kinds: tuple[str, str]) -> str:
     """The tuning record key of a fused contraction: its sizes, how its operands pack
-    (:func:`~taskloom.schedule.contraction.pack_kinds`, which the cost model reads back), and a digest
+    (:func:`pack_kinds`, which the cost model reads back), and a digest
     of what its prologue reads and its epilogue computes (a conv's window packs slower than
     a matrix): ``matmul_cpu/1x64x3136x576/packlane12+lane79/<digest>``."""
     a, b = kinds

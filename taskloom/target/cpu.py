@@ -190,6 +190,14 @@ def host_target() -> CpuTarget:
     return CpuTarget.host()
 
 
+def target_of_key(key: str) -> CpuTarget:
+    """A target with the ISA that ``key`` (:meth:`CpuTarget.key`, as a tuning record holds
+    it) names, on one core with default caches; a flag this taskloom does not know is a
+    :class:`TargetError`."""
+    _, _, flags = key.partition("-")
+    return CpuTarget(key, 1, frozenset(flags.split("-") if flags else ()))
+
+
 # -- reading the machine --------------------------------------------------------------
 
 

@@ -26,7 +26,7 @@ of the ``PM x PN`` grid, as Roller prices an rTile by the traffic of each memory
   packed element costs its reads from wherever the operand lives (L2, L3 or DRAM, sized
   by the operand against the caches, DRAM shared by the busy cores) and the copy itself,
   which is cheap for a contiguous vector copy and about a cycle per element for a prologue
-  that packs lane by lane (a 3x3 convolution's window: :func:`~taskloom.schedule.contraction.pack_costs`).
+  that packs lane by lane (a 3x3 convolution's window: :func:`~taskloom.schedule.cpu.pack_costs`).
 - **balance**: the busiest core's band is what counts; a grid with idle cores or ragged
   bands predicts slower. Grids the model prices within 1% of each other are a tie, which
   goes to the grid splitting more rows (:func:`rank`).
@@ -107,7 +107,7 @@ def predict(shape: tuple[int, int, int, int], config: MatmulConfig, target: CpuT
             a_stride: int | None = None) -> Prediction:
     """The predicted seconds of the matmul template running ``shape = (Bt, M, N, K)`` with
     ``config`` on ``target``. ``pack`` is the cost in cycles of packing one vector of A and
-    of B (see :func:`~taskloom.schedule.contraction.pack_costs`); ``profile`` defaults to the target's probe or estimate;
+    of B (see :func:`~taskloom.schedule.cpu.pack_costs`); ``profile`` defaults to the target's probe or estimate;
     ``a_stride`` is the distance between A's rows as the kernel reads them (default
     :func:`~taskloom.schedule.contraction.plain_a_stride`).
 

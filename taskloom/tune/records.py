@@ -76,7 +76,7 @@ def _matmul_problem(config: dict[str, Any], target: str) -> str | None:
     (the template's own bound)."""
     from taskloom.errors import TargetError
     from taskloom.schedule.templates.matmul_cpu import MatmulConfig
-    from taskloom.target.cpu import CpuTarget
+    from taskloom.target.cpu import target_of_key
     fields = [f.name for f in dataclasses.fields(MatmulConfig)]
     missing, unknown = [f for f in fields if f not in config], sorted(set(config) - set(fields))
     if missing or unknown:
@@ -87,9 +87,8 @@ def _matmul_problem(config: dict[str, Any], target: str) -> str | None:
            if isinstance(config[f], bool) or not isinstance(config[f], int) or config[f] < 1]
     if bad:
         return f"{', '.join(bad)}: every field of a matmul config must be a positive integer"
-    _, _, flags = target.partition("-")
     try:
-        regs = CpuTarget(target, 1, frozenset(flags.split("-") if flags else ())).num_vector_registers
+        regs = target_of_key(target).num_vector_registers
     except TargetError:
         return None  # a target this taskloom does not know: its registers are unknown
     mr, nv = config["mr"], config["nv"]

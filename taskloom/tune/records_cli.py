@@ -7,7 +7,7 @@ at tuning level 0 uses configs measured elsewhere and a cost model can train on 
 ``list`` shows what a database holds: one line per workload and target with the number of
 records and the best time.
 
-``--target`` takes a target key as recorded (``CpuTarget.key()``) or the short name
+``--target`` takes a target key as recorded (the target's ``key()``) or the short name
 ``list`` prints for it (``x86_64-avx512+bf16+vnni+fp16+amx_tile``).
 """
 from __future__ import annotations

@@ -30,7 +30,7 @@ from typing import Any, Callable, Sequence
 from taskloom.errors import TaskloomError
 from taskloom.ir.stmt import Function
 from taskloom.schedule.templates.matmul_cpu import MatmulConfig, matmul_program
-from taskloom.target.cpu import CpuTarget
+from taskloom.target.base import Target
 from taskloom.tune import model as analytic
 from taskloom.tune.measure import Measurement, Progress, measure, side_by_side
 from taskloom.tune.records import Records, config_key
@@ -53,7 +53,7 @@ def matmul_workload(shape: tuple[int, int, int, int]) -> str:
     return "matmul_cpu/" + "x".join(str(int(d)) for d in shape)
 
 
-def recorded_config(shape: tuple[int, int, int, int], target: CpuTarget,
+def recorded_config(shape: tuple[int, int, int, int], target: Target,
                     records: Records | None = None, workload: str | None = None) -> MatmulConfig | None:
     """The fastest recorded config of this matmul (or of the fused ``workload``) on
     ``target``, if it was tuned before."""
@@ -64,7 +64,7 @@ def recorded_config(shape: tuple[int, int, int, int], target: CpuTarget,
     return MatmulConfig.from_dict(best) if best else None
 
 
-def candidates(shape: tuple[int, int, int, int], target: CpuTarget,
+def candidates(shape: tuple[int, int, int, int], target: Target,
                pack: tuple[float, float] = analytic.DEFAULT_PACK) -> list[MatmulConfig]:
     """Every config of the space the analytic model does not reject, most promising first."""
     return [c for c, _ in analytic.rank(shape, target, pack=pack)]
@@ -75,7 +75,7 @@ def _repeats(predicted_s: float) -> int:
     return int(min(10, max(3, 0.5 / max(predicted_s, 1e-9))))
 
 
-def tune_matmul(shape: tuple[int, int, int, int], target: CpuTarget, level: int = 1,
+def tune_matmul(shape: tuple[int, int, int, int], target: Target, level: int = 1,
                 records: Records | None = None, progress: bool = True, timeout_s: float = 10.0,
                 kernel: Callable[[MatmulConfig], Function] | None = None,
                 args: Sequence[tuple[tuple[int, ...], str]] | Callable[[MatmulConfig], Sequence] | None = None,
@@ -156,7 +156,7 @@ def _each(args: Sequence | Callable | None, configs: Sequence[MatmulConfig]) -> 
     return {"args_each": [args(c) for c in configs]} if callable(args) else {}
 
 
-def _retime_finalists(records: Records, workload: str, target: CpuTarget, kernel: Callable, args: Sequence,
+def _retime_finalists(records: Records, workload: str, target: Target, kernel: Callable, args: Sequence,
                       count: int, repeats: int, timeout_s: float, measurer: Callable) -> None:
     """Time the ``count`` fastest records of ``workload`` again, side by side, and record the
     median of each one's times. A search keeps the fastest of many noisy times, which is
@@ -176,7 +176,7 @@ def _retime_finalists(records: Records, workload: str, target: CpuTarget, kernel
 class _Search:
     """Which configs to measure next, and when to stop (see the module docstring)."""
 
-    def __init__(self, shape: tuple[int, int, int, int], target: CpuTarget, records: Records, workload: str,
+    def __init__(self, shape: tuple[int, int, int, int], target: Target, records: Records, workload: str,
                  ranked: list[tuple[MatmulConfig, analytic.Prediction]], level: int, pack: tuple[float, float]):
         self.shape, self.target, self.records, self.workload = shape, target, records, workload
         self.level, self.pack = level, pack

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import taskloom
-from taskloom.backend.codegen_c import codegen_c
+from taskloom.backend.codegen_x86 import codegen_x86
 from taskloom.errors import CodegenError
 from taskloom.ir import (Function, Module, Var, cdiv, f16, f32, i32, vec, var)
 from taskloom.ir import stmt as S
@@ -308,10 +308,10 @@ def test_cuda_kernel_and_unlowered_ir_are_rejected():
     i = var("i")
     fn = Function("k", (A,), S.For(i, taskloom.ir.const(4), S.store(A[i, i], 1.0)), kind="cuda_kernel")
     with pytest.raises(CodegenError, match="CUDA kernel"):
-        codegen_c(Module((fn,)), HOST)
+        codegen_x86(Module((fn,)), HOST)
     cpu = Function("k", (A,), fn.body)
     with pytest.raises(CodegenError, match="not flattened"):
-        codegen_c(Module((cpu,)), HOST)
+        codegen_x86(Module((cpu,)), HOST)
 
 
 def make_reductions(target):

@@ -63,10 +63,10 @@ def test_what_a_cuda_kernel_cannot_hold_is_a_codegen_error(source, message):
 
 
 def test_the_c_backend_refuses_cuda_kernels():
-    from taskloom.backend.codegen_c import codegen_c
+    from taskloom.backend.codegen_x86 import codegen_x86
     from taskloom.target import CpuTarget
     with pytest.raises(CodegenError, match="CUDA kernel"):
-        codegen_c(S.Module((lower(parse_source(REDUCE)),)), CpuTarget.host())
+        codegen_x86(S.Module((lower(parse_source(REDUCE)),)), CpuTarget.host())
 
 
 @needs_nvcc

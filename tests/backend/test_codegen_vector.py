@@ -148,7 +148,7 @@ def test_mask_casts_and_scalar_conditions(spec, lanes, flag):
 
 
 def test_masks_have_a_c_type_per_isa():
-    from taskloom.backend.codegen_c import c_type
+    from taskloom.backend.codegen_x86 import c_type
     assert [c_type(vec(boolean, n)) for n in (16, 8, 4)] == ["__mmask16", "__m256", "__m128"]
     if "cpu -isa=avx512" in TARGETS:
         src = open(_build("cpu -isa=avx512", 16, make_where).source_path).read()
@@ -330,7 +330,7 @@ def test_f32x4_math_needs_avx2():
     sse = get_target("cpu -isa=sse4_2")
     with pytest.raises(CodegenError, match=r"tanh\(\) on f32x4 vectors needs avx2"):
         taskloom.build(_vector_kernel(4, lambda v: call("tanh", v)), sse)
-    from taskloom.backend.codegen_c import codegen_c
+    from taskloom.backend.codegen_x86 import codegen_x86
     from taskloom import transforms
-    src = codegen_c(taskloom.ir.Module((transforms.lower(_vector_kernel(4, lambda v: call("floor", v))),)), sse)
+    src = codegen_x86(taskloom.ir.Module((transforms.lower(_vector_kernel(4, lambda v: call("floor", v))),)), sse)
     assert "_mm_floor_ps(" in src

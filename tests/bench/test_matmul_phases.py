@@ -45,13 +45,13 @@ def test_every_phase_and_block_has_its_column(phases, capsys, shape, config, cor
 
 
 def test_instrumented_source_keeps_braces_balanced(phases):
-    from taskloom.backend.codegen_c import codegen_c
+    from taskloom.backend.codegen_x86 import codegen_x86
     from taskloom.ir import stmt as S
     from taskloom.schedule.templates.matmul_cpu import MatmulConfig, matmul_program
     from taskloom import transforms
     target = CpuTarget.host()
     fn = matmul_program((1, 61, 300, 40), MatmulConfig(6, NV, 144, 906, 1024, 1, 1), target)
-    src = codegen_c(S.Module((transforms.lower(fn),)), target)
+    src = codegen_x86(S.Module((transforms.lower(fn),)), target)
     out = phases.instrument(src, fn.name)
     assert out.count("{") - out.count("}") == src.count("{") - src.count("}")
     assert out.count("tl_t_ph = __rdtsc()") == 2 and out.count("- tl_t_ph;") == 2

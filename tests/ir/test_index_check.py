@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from taskloom.backend.codegen_c import codegen_c
+from taskloom.backend.codegen_x86 import codegen_x86
 from taskloom.errors import IRError
 from taskloom.ir import dtypes as T
 from taskloom.ir import expr as E
@@ -58,7 +58,7 @@ def test_c_calls_the_prelude_with_the_status_and_a_comment():
     k = E.var("k")
     pos = E.index_check(ids[k], 5, "embedding(): 'indices'", wrap=True)
     fn = S.Function("pick", (ids, table, out), S.For(k, E.const(4), S.store(out[k], table[pos])))
-    src = codegen_c(S.Module((lower(fn),)), get_target("cpu -isa=avx2"))
+    src = codegen_x86(S.Module((lower(fn),)), get_target("cpu -isa=avx2"))
     assert "tl_status* __restrict__ tl_st) {" in src
     assert "tl_index_wrap(ids[k], 5, tl_st, 1 /* embedding(): 'indices' */)" in src
     assert "const char* const taskloom_checks[] = {\n  \"embedding(): 'indices'\",\n};" in src

@@ -214,7 +214,7 @@ def test_last_axis_normalizations_fuse_row_by_row(monkeypatch, make):
     from taskloom.ir import stmt as S
     from taskloom.ir.compute import classify
     from taskloom.ir.functor import collect
-    from taskloom.schedule.rule_based import schedule_task
+    from taskloom.schedule.rule_based_cpu import schedule_task
     from taskloom.target.cpu import host_target
     x = tl.asarray(rand((6, 16), 9))
     task = _captured_task(monkeypatch, lambda: make(x))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from taskloom import transforms
-from taskloom.backend.codegen_c import codegen_c
+from taskloom.backend.codegen_x86 import codegen_x86
 from taskloom.ir import cdiv, f32, i32
 from taskloom.ir import expr as E
 from taskloom.ir import stmt as S
@@ -29,7 +29,7 @@ def config_for(target, mr=6, kc=144, mc=906, nc=1024, pm=2, pn=1) -> MatmulConfi
 
 
 def c_source(program: S.Function, target) -> str:
-    return codegen_c(S.Module((transforms.lower(program),)), target)
+    return codegen_x86(S.Module((transforms.lower(program),)), target)
 
 
 def comments(source: str, text: str) -> list[int]:

@@ -189,7 +189,8 @@ def test_a_plain_a_is_read_in_place_and_a_computed_one_packed():
     """A matrix, or a 1x1 convolution's NHWC input, is read where it lies (rows K apart, or
     two pixels' channels apart with stride 2); a transposed or computed A, or a 3x3 window,
     is packed, and the numbers agree either way."""
-    from taskloom.schedule.contraction import a_row_stride, pack_kinds
+    from taskloom.schedule.contraction import a_row_stride
+    from taskloom.schedule.cpu import pack_kinds
 
     def a_stride_of(group):
         con = match_contraction(group.task)

@@ -158,13 +158,14 @@ def test_pack_costs_follow_the_prologue():
     """A plain matmul copies vectors; a 3x3 convolution's window packs lane by lane."""
     from taskloom.graph.fusion import fuse_graph
     from taskloom.schedule.contraction import match_contraction
+    from taskloom.schedule.cpu import pack_costs
     a, b = input((64, 32), name="a"), input((32, 48), name="b")
     (g,) = fuse_graph(Graph([a, b], [ops.matmul(a, b)]))
-    assert contraction.pack_costs(match_contraction(g.task), AVX512) == contraction.DEFAULT_PACK
+    assert pack_costs(match_contraction(g.task), AVX512) == contraction.DEFAULT_PACK
     x = input((1, 8, 12, 12), name="x")
     w = taskloom.asarray(np.ones((16, 8, 3, 3), np.float32))
     (g,) = fuse_graph(Graph([x], [ops.conv2d(x, w, padding=1)]))
-    pa, pb = contraction.pack_costs(match_contraction(g.task), AVX512)
+    pa, pb = pack_costs(match_contraction(g.task), AVX512)
     assert pb > contraction.VECTOR_COPY_CYCLES
 
 

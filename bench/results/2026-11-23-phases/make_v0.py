@@ -3,7 +3,7 @@ the template's source for MatmulConfig(6, 4, 144, 906, 1024, 2, 1) on a 2-core A
 Run from a checkout of taskloom: `python make_v0.py` writes ./v0.c (or the path given)."""
 import sys
 from taskloom import transforms
-from taskloom.backend.codegen_c import codegen_c
+from taskloom.backend.codegen_x86 import codegen_x86 as codegen_c
 from taskloom.ir import stmt as S
 from taskloom.schedule.templates.matmul_cpu import MatmulConfig, matmul_program
 from taskloom.target.cpu import CpuTarget

@@ -14,10 +14,14 @@ CUDA_PRELUDE = r"""#include <cstdint>
   TL_DEVICE T tl_max_##S(T a, T b) { return a > b ? a : b; }
 TL_MINMAX(int32_t, i32)
 TL_MINMAX(int64_t, i64)
-TL_DEVICE float tl_min_f32(float a, float b) { return fminf(a, b); }
-TL_DEVICE float tl_max_f32(float a, float b) { return fmaxf(a, b); }
-TL_DEVICE double tl_min_f64(double a, double b) { return fmin(a, b); }
-TL_DEVICE double tl_max_f64(double a, double b) { return fmax(a, b); }
+// float min and max propagate NaN, as the CPU target and numpy do (fminf would drop it)
+#define TL_MINMAX_NAN(T, S) \
+  TL_DEVICE T tl_min_##S(T a, T b) { return (a < b || a != a) ? a : b; } \
+  TL_DEVICE T tl_max_##S(T a, T b) { return (a > b || a != a) ? a : b; }
+TL_MINMAX_NAN(float, f32)
+TL_MINMAX_NAN(double, f64)
+TL_DEVICE __half tl_min_f16(__half a, __half b) { return __hmin_nan(a, b); }
+TL_DEVICE __half tl_max_f16(__half a, __half b) { return __hmax_nan(a, b); }
 TL_DEVICE int32_t tl_abs_i32(int32_t a) { return a < 0 ? -a : a; }
 TL_DEVICE int64_t tl_abs_i64(int64_t a) { return a < 0 ? -a : a; }
 TL_DEVICE float tl_sigmoid_f32(float x) { return 1.0f / (1.0f + expf(-x)); }

@@ -16,6 +16,8 @@ import numpy as np
 from taskloom.errors import ScheduleError
 from taskloom.ir import stmt as S
 from taskloom.ir.compute import Task
+from taskloom.schedule.cuda.matmul import choose_config as choose_simt
+from taskloom.schedule.cuda.matmul_mma import choose_config as choose_mma
 from taskloom.schedule.registry import Candidate, Scheduled
 from taskloom.schedule.select import schedule_kernel as schedule_with
 from taskloom.target.base import Target
@@ -33,20 +35,24 @@ def _matmul_cpu_config(found: Candidate, target: Target, tune: int, deadline: fl
                        pack=t.pack, deadline=deadline, a_stride=t.a_stride)
 
 
-def _matmul_cuda_config(found: Candidate, target: Target, tune: int, deadline: float | None) -> Any:
-    """The tile that fills the GPU. Nothing is measured on the GPU yet: a tuning level above
-    0 says so once and takes the same choice."""
-    from taskloom.schedule.cuda.matmul import choose_config as choose_cuda
-    if tune > 0:
-        warnings.warn(f"tune={tune}: the CUDA matmul template is not tuned by measurement yet; its config is "
-                      "chosen from the GPU's SM count, as at tune=0", RuntimeWarning, stacklevel=2)
-    return choose_cuda(found.tunable, target.num_sms)  # type: ignore[attr-defined]
+def _cuda_config(choose: Callable[[Any, int], Any]) -> Callable[[Candidate, Target, int, "float | None"], Any]:
+    """A CUDA template's driver: the tile that fills the GPU (``choose(contraction, SMs)``).
+    Nothing is measured on the GPU yet: a tuning level above 0 says so and takes the same
+    choice."""
+    def driver(found: Candidate, target: Target, tune: int, deadline: float | None) -> Any:
+        if tune > 0:
+            warnings.warn(f"tune={tune}: the CUDA matmul templates are not tuned by measurement yet; the "
+                          f"config of {found.template} is chosen from the GPU's SM count, as at tune=0",
+                          RuntimeWarning, stacklevel=3)
+        return choose(found.tunable, target.num_sms)  # type: ignore[attr-defined]
+    return driver
 
 
 #: Per template: (candidate, target, tune level, deadline) -> config.
 CONFIG_DRIVERS: dict[str, Callable[[Candidate, Target, int, "float | None"], Any]] = {
     "matmul_cpu": _matmul_cpu_config,
-    "matmul_cuda": _matmul_cuda_config,
+    "matmul_cuda": _cuda_config(choose_simt),
+    "matmul_mma": _cuda_config(choose_mma),
 }
 
 

@@ -29,7 +29,7 @@ REPORT = """ptxas info    : 0 bytes gmem
 ptxas info    : Compiling entry function 'gemm' for 'sm_90a'
 ptxas info    : Function properties for gemm
     8 bytes stack frame, 16 bytes spill stores, 12 bytes spill loads
-ptxas info    : Used 168 registers, used 1 barriers, 32768 bytes smem, 400 bytes cmem[0]
+ptxas info    : Used 168 registers, used 1 barriers, 8 bytes cumulative stack size, 32768 bytes smem, 400 bytes cmem[0]
 ptxas info    : Compiling entry function 'copy' for 'sm_90a'
 ptxas info    : Function properties for copy
     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads

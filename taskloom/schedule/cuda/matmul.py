@@ -79,11 +79,16 @@ class SimtConfig:
 CONFIGS = (SimtConfig(), SimtConfig(32, 32, 8, (4, 2), (4, 8)))
 
 
-def choose_config(con: Contraction, num_sms: int) -> SimtConfig:
-    """The large tile unless it leaves most of the GPU's SMs without a block."""
-    big, small = CONFIGS
+def fill_the_gpu(con: Contraction, num_sms: int, big, small):
+    """``big`` (a config with ``block_m`` and ``block_n``) unless its tiles leave some of
+    the GPU's SMs without a block; then ``small``."""
     blocks = -(-con.M // big.block_m) * -(-con.N // big.block_n) * con.batch
     return big if blocks >= num_sms else small
+
+
+def choose_config(con: Contraction, num_sms: int) -> SimtConfig:
+    """The large tile unless it leaves SMs without a block."""
+    return fill_the_gpu(con, num_sms, *CONFIGS)
 
 
 def _valid(config: SimtConfig) -> None:

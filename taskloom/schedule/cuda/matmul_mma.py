@@ -1,0 +1,417 @@
+"""The CUDA matmul template on tensor cores: ``mma.sync`` m16n8k16 fed by ``ldmatrix`` from
+swizzled shared memory, filled by a multi-stage ``cp.async`` pipeline, the schedule written
+as task mappings.
+
+It serves the contractions :func:`~taskloom.schedule.contraction.match_contraction` reads
+whose two factors are 16-bit floats (float16 or bfloat16, the same for both; a prologue's
+arithmetic is rounded to that type, as the operator would do in half precision), with any
+epilogue and an output of float32, float16 or bfloat16. Products are summed in float32.
+
+A block of ``warps`` warps computes a ``block_m x block_n`` tile of ``C`` (one batch element
+per ``blockIdx.z``) in steps of ``block_k`` along ``K``:
+
+1. **load**: each factor's tile goes into a shared buffer of ``stages`` slots. A factor that
+   is a plain read, contiguous along one axis in rows whose starts are 16-byte aligned, is
+   copied by ``cp.async`` in 16-byte chunks (consecutive threads on consecutive chunks, so
+   a warp's reads coalesce; a chunk past ``M``, ``N`` or ``K`` is zero-filled, no branch).
+   Any other factor (a convolution's window, a prologue, an odd row length) is computed
+   element by element into the slot. The tile keeps the factor's contiguous axis
+   contiguous: ``[m][k]`` for a row-major A, ``[k][m]`` for a transposed one, and the same
+   for B; ``ldmatrix`` (with ``.trans`` where needed) turns either into the fragments.
+2. **swizzle**: the 16-byte chunk ``c`` of row ``r`` is stored at chunk ``c ^ f(r)``, which
+   puts any 8 consecutive rows of a chunk column in 8 different groups of 4 banks: the
+   8 rows ``ldmatrix`` reads in one phase, and the chunks a warp's copies write, never
+   share a bank.
+3. **pipeline**: the slots of the first ``stages - 1`` steps are requested before the loop;
+   each step waits for its own slot, requests the one ``stages - 1`` steps ahead (into the
+   slot the previous step has finished reading: one barrier a step orders both), and
+   multiplies.
+4. **compute**: the warps are laid out ``spatial(*warps)`` over the block's tile, each
+   warp ``repeat(mma_m, mma_n)`` over m16n8 tiles; for each 16 of ``K`` it loads its A and
+   B fragments by ``ldmatrix.x4`` and issues ``mma_m * mma_n`` ``mma.sync``.
+5. **store**: each accumulator through the epilogue into ``C`` where it lies inside.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import numpy as np
+
+from taskloom.ir import expr as E
+from taskloom.ir import gpu
+from taskloom.ir import stmt as S
+from taskloom.ir.arith import simplify_expr
+from taskloom.ir.compute import Task
+from taskloom.ir.dtypes import DataType, TensorType, bfloat16, float16, float32, index_type
+from taskloom.ir.functor import collect, substitute
+from taskloom.ir.index import row_major_offset, unravel
+from taskloom.ir.mapping import repeat, spatial
+from taskloom.schedule.contraction import Contraction, match_contraction
+from taskloom.schedule.cuda.matmul import _k_contiguous, fill_the_gpu
+from taskloom.schedule.cuda.rules import _Inline, _parameters
+from taskloom.schedule.registry import Candidate, Scheduled
+from taskloom.target.cuda import CudaTarget
+from taskloom.transforms.names import NameGen
+
+HALF_TYPES = (float16, bfloat16)
+CHUNK = 8  # 16-bit elements in a 16-byte chunk: what cp.async and one ldmatrix row move
+
+
+@dataclass(frozen=True)
+class MmaConfig:
+    """A ``block_m x block_n`` tile of C in steps of ``block_k``, ``stages`` steps in flight;
+    ``warps`` warps over (m, n), each a ``warp_m x warp_n`` tile of m16n8 mma tiles."""
+
+    block_m: int = 128
+    block_n: int = 128
+    block_k: int = 32
+    warps: tuple[int, int] = (2, 2)
+    stages: int = 3
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps[0] * self.warps[1]
+
+    @property
+    def warp_tile(self) -> tuple[int, int]:
+        return self.block_m // self.warps[0], self.block_n // self.warps[1]
+
+    @property
+    def mma_tiles(self) -> tuple[int, int]:
+        """m16n8 tiles a warp computes, along m and n."""
+        wm, wn = self.warp_tile
+        return wm // 16, wn // 8
+
+    def shared_bytes(self) -> int:
+        return self.stages * (self.block_m + self.block_n) * self.block_k * 2
+
+    def mapping(self):
+        """The block's warps over its m16n8 tiles, as Hidet writes it."""
+        return spatial(*self.warps) * repeat(*self.mma_tiles)
+
+    def __str__(self) -> str:
+        wm, wn = self.warp_tile
+        return (f"{self.block_m}x{self.block_n}x{self.block_k}, {self.stages} stages, "
+                f"warps {self.warps[0]}x{self.warps[1]} of {wm}x{wn}")
+
+
+#: The configs on offer: a large tile, and a small one for matmuls of few tiles.
+CONFIGS = (MmaConfig(), MmaConfig(64, 64, 32, (2, 2), 3))
+
+
+def choose_config(con: Contraction, num_sms: int) -> MmaConfig:
+    """The large tile unless it leaves SMs without a block."""
+    return fill_the_gpu(con, num_sms, *CONFIGS)
+
+
+def _valid(c: MmaConfig) -> None:
+    wm, wn = c.warp_tile
+    assert c.block_k % 16 == 0 and wm % 16 == 0 and wn % 16 == 0 and c.stages >= 2
+    for rows, cols in ((c.block_m, c.block_k), (c.block_n, c.block_k)):
+        assert (rows * cols // CHUNK) % c.threads == 0
+
+
+# -- what a factor is --------------------------------------------------------------------
+
+def half_type(con: Contraction) -> DataType | None:
+    """The 16-bit type both factors read, or None when they read anything else."""
+    types = {r.type for f in (con.a, con.b) for r in collect(f, E.TensorElement)}  # type: ignore[attr-defined]
+    return types.pop() if len(types) == 1 and types <= set(HALF_TYPES) else None
+
+
+@dataclass(frozen=True)
+class _Factor:
+    """One factor as the template reads it: ``outer`` is its axis of the tile (m for A, n
+    for B); ``k_inner`` says whether its shared tile is ``[outer][k]`` (K contiguous) or
+    ``[k][outer]``; ``copy`` whether ``cp.async`` fills it (else element by element)."""
+
+    name: str
+    expr: E.Expr
+    outer: E.Var
+    extent: int
+    block: int
+    k_inner: bool
+    copy: bool
+
+
+def _strides(offset: E.Expr, variables: tuple[E.Var, ...]) -> list[int] | None:
+    """``[base, s1, s2, ...]`` when ``offset == base + sum(si * vi)`` with constants, else None."""
+    zero = {v: E.as_expr(0) for v in variables}
+    at = lambda sub: simplify_expr(substitute(offset, {**zero, **sub}))  # noqa: E731
+    base = at({})
+    if not isinstance(base, E.Constant):
+        return None
+    out = [int(base.value)]
+    for v in variables:
+        step = at({v: E.as_expr(1)})
+        if not isinstance(step, E.Constant):
+            return None
+        out.append(int(step.value) - out[0])
+    linear = E.as_expr(out[0]) + sum((E.as_expr(s) * v for s, v in zip(out[1:], variables)), E.as_expr(0))
+    return out if isinstance(d := simplify_expr(offset - linear), E.Constant) and int(d.value) == 0 else None
+
+
+def _factor(con: Contraction, name: str, expr: E.Expr, outer: E.Var, extent: int, block: int) -> _Factor:
+    """How to load ``expr``: by cp.async when it reads one tensor element, contiguous along
+    k or along ``outer``, with every 16-byte chunk of the tile inside one aligned row."""
+    read = expr.value if isinstance(expr, E.Cast) else expr
+    if isinstance(read, E.TensorElement) and read.type in HALF_TYPES:
+        offset = E.as_expr(row_major_offset(read.indices, read.tensor.shape))
+        s = _strides(offset, (con.vb, outer, con.vk))
+        if s is not None:
+            base, sb, so, sk = s
+            for inner, along, others in ((True, con.K, (sb, so)), (False, extent, (sb, sk))):
+                step = sk if inner else so
+                if step == 1 and along % CHUNK == 0 and all(x % CHUNK == 0 for x in (base, *others)):
+                    return _Factor(name, expr, outer, extent, block, inner, True)
+    # computed element by element: K contiguous in the tile only where memory is
+    return _Factor(name, expr, outer, extent, block, _k_contiguous(expr, con.vk, outer), False)
+
+
+def _all(*conditions: E.Expr | None) -> E.Expr | None:
+    """The conjunction of the conditions that are not None; None when none is left."""
+    left = [c for c in conditions if c is not None]
+    return None if not left else left[0] if len(left) == 1 else E.logical_and(*left)
+
+
+# -- the kernel ----------------------------------------------------------------------------
+
+class _Tile:
+    """A factor's shared buffer: ``stages`` slots of ``rows x cols`` 16-bit elements, the
+    16-byte chunks of each row swizzled by the row's place among 8 (``r % 8``): with
+    ``chunks`` chunks a row, 8 rows span ``8 * chunks`` chunks, and ``c ^ f(r % 8)`` spreads
+    a chunk column of any 8 consecutive rows over the 8 bank groups of 128 bytes."""
+
+    def __init__(self, var: E.Var, rows: int, cols: int):
+        self.var, self.rows, self.cols = var, rows, cols
+        chunks = cols // CHUNK
+        self.period, self.width = max(1, CHUNK // chunks), min(chunks, CHUNK)
+
+    def at(self, slot: E.Expr, r: E.Expr, c: E.Expr, phase: E.Expr | None = None) -> E.TensorElement:
+        """Element ``(r, c)`` of ``slot`` (``c`` a chunk start plus a constant offset < 8);
+        ``phase`` is ``r % 8`` where the caller knows it more simply (the address then
+        differs between unrolled copies by a constant, which the hardware adds for free)."""
+        phase = r % 8 if phase is None else phase
+        chunk = (c // CHUNK) ^ (phase // self.period) if self.width > 1 else c // CHUNK
+        return E.TensorElement(self.var, (slot, r, chunk * CHUNK + c % CHUNK))
+
+
+class _Kernel:
+    """The phases of one kernel, sharing its names and variables."""
+
+    def __init__(self, con: Contraction, config: MmaConfig, dtype: DataType,
+                 read: Callable[[E.Expr, dict], E.Expr], out: E.Var, names: NameGen):
+        _valid(config)
+        self.con, self.c, self.dtype, self.read, self.out, self.names = con, config, dtype, read, out, names
+        v = lambda n: E.Var(names.fresh(n), index_type)  # noqa: E731
+        self.tid, self.warp, self.lane = v("tid"), v("warp"), v("lane")
+        self.bm, self.bn, self.bz, self.k0 = v("bm"), v("bn"), v("batch"), v("k0")
+        self.A = _factor(con, "A", con.a, con.vm, con.M, config.block_m)
+        self.B = _factor(con, "B", con.b, con.vn, con.N, config.block_n)
+        self.tiles = {f.name: self._tile(f) for f in (self.A, self.B)}
+        mt, nt = config.mma_tiles
+        reg = lambda n, t, *shape: E.Var(names.fresh(n), TensorType(t, tuple(E.as_expr(s) for s in shape)))  # noqa: E731
+        self.a_frag, self.b_frag = reg("a_frag", dtype, mt, 8), reg("b_frag", dtype, nt, 4)
+        self.acc = reg("acc", float32, mt, nt, 4)
+
+    def _tile(self, f: _Factor) -> _Tile:
+        rows, cols = (f.block, self.c.block_k) if f.k_inner else (self.c.block_k, f.block)
+        shape = (E.as_expr(self.c.stages), E.as_expr(rows), E.as_expr(cols))
+        return _Tile(E.Var(self.names.fresh(f"{f.name.lower()}_tile"), TensorType(self.dtype, shape)), rows, cols)
+
+    def _vars(self, *names: str) -> list[E.Var]:
+        return [E.Var(self.names.fresh(n), index_type) for n in names]
+
+    def body(self) -> S.Stmt:
+        c = self.c
+        steps = -(-self.con.K // c.block_k)
+        declares = [S.Declare(t.var, scope="shared") for t in self.tiles.values()]
+        declares += [S.Declare(b, scope="register") for b in (self.a_frag, self.b_frag, self.acc)]
+        return S.seq([
+            S.Let(self.tid, gpu.threadIdx.x), S.Let(self.warp, self.tid // 32), S.Let(self.lane, self.tid % 32),
+            S.Let(self.bm, gpu.blockIdx.y * c.block_m), S.Let(self.bn, gpu.blockIdx.x * c.block_n),
+            S.Let(self.bz, gpu.blockIdx.z), *declares, self._zero(),
+            self._prologue(steps), self._main_loop(steps), self._store()])
+
+    def _zero(self) -> S.Stmt:
+        i, j, e = self._vars("i", "j", "e")
+        mt, nt = self.c.mma_tiles
+        zero = S.BufferStore(self.acc, (i, j, e), E.Constant(0.0, float32))
+        return S.For(i, E.as_expr(mt), S.For(j, E.as_expr(nt), S.For(e, E.as_expr(4), zero, "unroll"), "unroll"),
+                     "unroll")
+
+    # -- load ----------------------------------------------------------------------------
+
+    def _prologue(self, steps: int) -> S.Stmt:
+        """The first ``stages - 1`` steps requested before the loop."""
+        first = [S.seq([self._load(E.as_expr(s), E.as_expr(s)) if s < steps else S.seq([]), gpu.CpAsyncCommit()])
+                 for s in range(self.c.stages - 1)]
+        return S.seq([S.Comment(f"pipeline: request the first {self.c.stages - 1} steps"), *first])
+
+    def _load(self, slot: E.Expr, step: E.Expr) -> S.Stmt:
+        return S.seq([self._load_factor(f, slot, step) for f in (self.A, self.B)])
+
+    def _load_factor(self, f: _Factor, slot: E.Expr, step: E.Expr) -> S.Stmt:
+        """Step ``step``'s tile of ``f`` into ``slot``, consecutive threads along a row:
+        16-byte chunks by cp.async, or single elements computed by the threads."""
+        tile, c = self.tiles[f.name], self.c
+        r, col = self._vars("r", "col")
+        per_row = tile.cols // CHUNK if f.copy else tile.cols
+        lanes = min(per_row, c.threads)
+        mapping = repeat(tile.rows * lanes // c.threads, per_row // lanes) * spatial(c.threads // lanes, lanes)
+        first = col * CHUNK if f.copy else col  # the (first) element the thread moves in its row
+        outer, kk = (r, first) if f.k_inner else (first, r)
+        x, k = self._origin(f) + outer, step * c.block_k + kk
+        x_in, k_in = self._inside(x, f.extent, f.block), self._inside(k, self.con.K, c.block_k)
+        if f.copy:  # a chunk is wholly inside or wholly outside: zero-filled, its address clamped
+            src = self._element(f, x if x_in is None else E.select(x_in, x, 0), k if k_in is None else E.select(k_in, k, 0))
+            inside = _all(x_in, k_in)
+            body: S.Stmt = gpu.CpAsync(tile.at(slot, r, first), src, 16, None if inside is None else E.select(inside, 16, 0))
+        else:
+            value = self.read(f.expr, self._bindings(f, x, k))
+            inside = _all(x_in, k_in)
+            if inside is not None:
+                value = E.select(inside, value, E.Constant(0.0, float32))
+            body = S.BufferStore(tile.var, tile.at(slot, r, col).indices, E.cast(value, self.dtype))
+        return S.ForMapping((r, col), mapping, self.tid, body)
+
+    @staticmethod
+    def _inside(i: E.Expr, extent: int, block: int) -> E.Expr | None:
+        """``i < extent``, or None where tiles of ``block`` divide ``extent`` (always inside)."""
+        return None if extent % block == 0 else i < extent
+
+    def _origin(self, f: _Factor) -> E.Expr:
+        return self.bm if f is self.A else self.bn
+
+    def _bindings(self, f: _Factor, x: E.Expr, k: E.Expr) -> dict:
+        return {self.con.vb: self.bz, f.outer: x, self.con.vk: k}
+
+    def _element(self, f: _Factor, x: E.Expr, k: E.Expr) -> E.TensorElement:
+        value = self.read(f.expr, self._bindings(f, x, k))
+        return value.value if isinstance(value, E.Cast) else value
+
+    # -- the main loop -------------------------------------------------------------------
+
+    def _main_loop(self, steps: int) -> S.Stmt:
+        """Each step: wait for its slot, request the step ``stages - 1`` ahead into the slot
+        the last step read, multiply. The slots rotate in two counters (no division)."""
+        c = self.c
+        read, write = (E.Var(self.names.fresh(n), index_type) for n in ("read_slot", "write_slot"))
+        ahead = self.k0 + (c.stages - 1)
+        advance = lambda v: S.Assign(v, E.select(v + 1 < c.stages, v + 1, E.as_expr(0)))  # noqa: E731
+        return S.seq([
+            S.Comment(f"steps of {c.block_k} along K, {c.stages - 1} requested ahead of the one multiplied"),
+            S.Declare(read, E.as_expr(0)), S.Declare(write, E.as_expr(c.stages - 1)),
+            S.For(self.k0, E.as_expr(steps), S.seq([
+                gpu.CpAsyncWait(c.stages - 2), S.Barrier(),
+                S.If(ahead < steps, self._load(write, ahead)), gpu.CpAsyncCommit(),
+                self._compute(read), advance(read), advance(write)]))])
+
+    def _warp_tiles(self, body: Callable[[E.Expr, E.Expr], S.Stmt]) -> S.Stmt:
+        """``body(wm, wn)``: the warp's place in the block's tile, in elements."""
+        wi, wj = self._vars("wi", "wj")
+        wm, wn = self.c.warp_tile
+        return S.ForMapping((wi, wj), spatial(*self.c.warps), self.warp, body(wi * wm, wj * wn))
+
+    def _fragment_address(self, f: _Factor, slot: E.Expr, x0: E.Expr, kk: E.Expr) -> E.TensorElement:
+        """The row this lane gives ``ldmatrix.x4`` for the 16 x 16 (A) or two 8 x 16 (B)
+        fragments at ``x0`` along the factor's axis and ``kk`` along K. Lane ``l`` gives
+        row ``l % 8`` of matrix ``l // 8``; A's matrices are its quarters (rows 0-7,
+        8-15, then k 8-15), B's the k halves of one n8 tile, then of the next."""
+        q, rr = self.lane // 8, self.lane % 8
+        x_off, k_off = ((q % 2) * 8, (q // 2) * 8) if f is self.A else ((q // 2) * 8, (q % 2) * 8)
+        tile = self.tiles[f.name]
+        if f.k_inner:
+            return tile.at(slot, x0 + x_off + rr, kk + k_off, rr)
+        return tile.at(slot, kk + k_off + rr, x0 + x_off, rr)
+
+    def _compute(self, slot: E.Expr) -> S.Stmt:
+        """For each 16 of the step's K: the warp's fragments by ldmatrix, then its mmas."""
+        c = self.c
+        mt, nt = c.mma_tiles
+        ks, i, j = self._vars("ks", "i", "j")
+
+        def warp(wm: E.Expr, wn: E.Expr) -> S.Stmt:
+            kk = ks * 16
+            load_a = S.For(i, E.as_expr(mt), gpu.Ldmatrix(
+                E.TensorElement(self.a_frag, (i, E.as_expr(0))),
+                self._fragment_address(self.A, slot, wm + i * 16, kk), 4, not self.A.k_inner), "unroll")
+            load_b = S.For(j, E.as_expr(nt // 2), gpu.Ldmatrix(
+                E.TensorElement(self.b_frag, (j * 2, E.as_expr(0))),
+                self._fragment_address(self.B, slot, wn + j * 16, kk), 4, not self.B.k_inner), "unroll")
+            zero = E.as_expr(0)
+            acc = E.TensorElement(self.acc, (i, j, zero))
+            mma = gpu.MmaSync(acc, E.TensorElement(self.a_frag, (i, zero)), E.TensorElement(self.b_frag, (j, zero)), acc)
+            mmas = S.For(i, E.as_expr(mt), S.For(j, E.as_expr(nt), mma, "unroll"), "unroll")
+            return S.For(ks, E.as_expr(c.block_k // 16), S.seq([load_a, load_b, mmas]), "unroll")
+        return S.seq([self._warp_tiles(warp), S.Comment("the slot is free once every warp passes the next barrier")])
+
+    # -- store ---------------------------------------------------------------------------
+
+    def _store(self) -> S.Stmt:
+        """Each accumulator through the epilogue into C. A block whose tile lies inside C
+        stores without a test; one on the edge tests each element (kept off the interior's
+        path: hoisted, 128 tests would crowd the accumulators out of registers)."""
+        con, c = self.con, self.c
+        edge = [cond for cond in (self._inside(self.bm + c.block_m - 1, con.M, c.block_m),
+                                  self._inside(self.bn + c.block_n - 1, con.N, c.block_n)) if cond is not None]
+        stores = self._warp_tiles(lambda wm, wn: self._stores(wm, wn, False))
+        if edge:
+            stores = S.If(E.logical_and(*edge) if len(edge) > 1 else edge[0], stores,
+                          self._warp_tiles(lambda wm, wn: self._stores(wm, wn, True)))
+        return S.seq([S.Comment("store: the epilogue of each accumulator, inside C only"), stores])
+
+    def _stores(self, wm: E.Expr, wn: E.Expr, tested: bool) -> S.Stmt:
+        """The warp's accumulators into C. Lane ``l`` holds rows ``l // 4`` and ``l // 4 + 8``
+        of each m16n8 tile, columns ``2 (l % 4)`` and the one after."""
+        con = self.con
+        mt, nt = self.c.mma_tiles
+        i, j, e = self._vars("i", "j", "e")
+        g, t = self.lane // 4, self.lane % 4
+        m = self.bm + wm + i * 16 + g + (e // 2) * 8
+        n = self.bn + wn + j * 8 + t * 2 + e % 2
+        value = self.read(con.epilogue, {con.vb: self.bz, con.vm: m, con.vn: n,
+                                         con.acc: E.TensorElement(self.acc, (i, j, e))})
+        index = unravel((self.bz * con.M + m) * con.N + n, con.output.shape)
+        store: S.Stmt = S.BufferStore(self.out, tuple(index), value)
+        if tested:
+            store = S.If(E.logical_and(m < con.M, n < con.N), store)
+        return S.For(i, E.as_expr(mt), S.For(j, E.as_expr(nt), S.For(e, E.as_expr(4), store, "unroll"), "unroll"),
+                     "unroll")
+
+
+def _describe(f: _Factor) -> str:
+    axis = "m" if f.name == "A" else "n"
+    layout = f"[{axis}][k]" if f.k_inner else f"[k][{axis}]"
+    return f"{f.name} into {layout} by {'cp.async' if f.copy else 'its threads'}"
+
+
+def mma_kernel(con: Contraction, config: MmaConfig, name: str) -> S.Function:
+    """The kernel of ``con`` (16-bit factors) with ``config``: the task's inputs, then its output."""
+    dtype = half_type(con)
+    if dtype is None:
+        raise ValueError(f"{con.task.name}: the tensor-core template needs float16 or bfloat16 factors")
+    names, params, tensors = _parameters(con.task)
+    inline = _Inline(tensors)
+
+    def read(expr: E.Expr, bindings: dict[E.Var, E.Expr]) -> E.Expr:
+        return inline.visit(substitute(expr, bindings))
+    kernel = _Kernel(con, config, dtype, read, tensors[con.output], names)
+    copies = "; ".join(_describe(f) for f in (kernel.A, kernel.B))
+    doc = f"{con.task.name}: the CUDA matmul template (tensor cores, mma.sync m16n8k16), {config}; {copies}"
+    fn = S.Function(name, tuple(params), kernel.body(), attrs=(("doc", doc), ("template", "matmul_mma"),
+                                                                ("config", str(config))))
+    grid = (-(-con.N // config.block_n), -(-con.M // config.block_m), con.batch)
+    return gpu.cuda_kernel(fn, grid, (config.threads,))
+
+
+def mma_candidate(task: Task, target: CudaTarget, constants: Mapping[int, np.ndarray] | None = None,
+                  weights_stream: bool = False) -> Candidate | None:
+    """The template's offer for a contraction of 16-bit factors; its config comes from
+    :func:`choose_config`."""
+    con = match_contraction(task, (float32, float16, bfloat16))
+    if con is None or half_type(con) is None:
+        return None
+    return Candidate("matmul_mma", con,
+                     lambda config, name: Scheduled(mma_kernel(con, config, name), tuple(range(len(task.inputs)))))

@@ -1,0 +1,152 @@
+"""The tensor-core matmul template: contractions of float16 and bfloat16 factors through
+cp.async, ldmatrix and mma.sync, run in the emulator to numpy's answer on odd and prime
+shapes with no bank conflicts and exactly the tiles' mma count, built by nvcc without spills."""
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import taskloom
+from taskloom import ops
+from taskloom.graph import Graph, input
+from taskloom.graph.fusion import fuse_graph
+from taskloom.ir.dtypes import bfloat16, float16, float32
+from taskloom.schedule.contraction import match_contraction
+from taskloom.schedule.cuda.matmul_mma import CONFIGS, MmaConfig, choose_config, mma_candidate, mma_kernel
+from taskloom.target import CudaTarget
+
+pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+rng = np.random.default_rng(0)
+SM80 = CudaTarget.from_arch("sm_80")
+
+
+def half(*shape):
+    return rng.standard_normal(shape).astype(np.float16)
+
+
+def run(graph: Graph, feeds: dict[str, np.ndarray], config: MmaConfig | None = None, arch: str = "sm_80"):
+    """The graph's one fused group through the template in the emulator: (out, report, kernel, module)."""
+    [group] = fuse_graph(graph)
+    con = match_contraction(group.task, (float32, float16, bfloat16))
+    assert con is not None
+    target = CudaTarget.from_arch(arch)
+    fn = mma_kernel(con, config or choose_config(con, target.num_sms), "mm")
+    module = taskloom.build(fn, target=target, device="emulator")
+    args = [feeds[t.name] if t.name in feeds else t.numpy() for t in group.inputs]
+    spec = graph.outputs[0]
+    shape = tuple(int(d) for d in spec.shape)
+    if spec.dtype == bfloat16:  # no numpy type: torch tensors in and out
+        import torch
+        out = torch.zeros(shape, dtype=torch.bfloat16)
+    else:
+        out = np.zeros(shape, np.dtype(spec.dtype.numpy))
+    report = module["mm"](*args, out)
+    return out, report, fn, module
+
+
+def f32(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float32)
+
+
+def mma_count(batch: int, M: int, N: int, K: int, c: MmaConfig) -> int:
+    """The mmas the block tiles issue: every m16n8k16 of every block's tile, edges included."""
+    tiles = -(-M // c.block_m) * -(-N // c.block_n) * batch
+    return tiles * (c.block_m // 16) * (c.block_n // 8) * (-(-K // c.block_k) * c.block_k // 16)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from([1, 16, 37, 128, 131]), st.sampled_from([8, 40, 64, 72, 13]),
+       st.sampled_from([8, 29, 64, 136]), st.sampled_from(CONFIGS))
+def test_matmul_bias_relu_on_odd_shapes(M, K, N, config):
+    a, w, b = half(M, K), half(K, N), half(N)
+    ai = input(a.shape, "float16", name="a")
+    graph = Graph([ai], [ops.relu(ops.matmul(ai, taskloom.asarray(w)) + taskloom.asarray(b))])
+    out, report, fn, _ = run(graph, {"a": a}, config)
+    want = np.maximum(f32(a) @ f32(w) + f32(b), 0)
+    np.testing.assert_allclose(f32(out), want, rtol=2e-3, atol=2e-2)
+    assert report.counters.bank_conflicts == 0
+    assert report.instructions["mma"] == mma_count(1, M, N, K, config)
+    # a row of A or B is 16-byte aligned exactly when K and N are multiples of 8
+    assert ("A into [m][k] by cp.async" in fn.attr("doc")) == (K % 8 == 0)
+    assert ("B into [k][n] by cp.async" in fn.attr("doc")) == (N % 8 == 0)
+
+
+def test_linear_reads_its_weight_k_contiguous_and_accumulates_bf16_in_fp32():
+    torch = pytest.importorskip("torch")
+    x, w, bias = (torch.randn(*s, dtype=torch.bfloat16) for s in ((3, 50, 64), (96, 64), (96,)))
+    xi, wi, bi = (input(tuple(t.shape), "bfloat16", name=n) for t, n in ((x, "x"), (w, "w"), (bias, "bias")))
+    out, report, fn, _ = run(Graph([xi, wi, bi], [ops.linear(xi, wi, bi)]), {"x": x, "w": w, "bias": bias}, CONFIGS[1])
+    assert "B into [n][k] by cp.async" in fn.attr("doc")
+    got = out.float()
+    want = x.float() @ w.float().T + bias.float()
+    torch.testing.assert_close(got, want.bfloat16().float(), rtol=1e-2, atol=5e-2)
+    assert report.counters.bank_conflicts == 0
+
+
+def test_a_transposed_factor_loads_m_contiguous_through_ldmatrix_trans():
+    a, w = half(64, 40), half(64, 24)  # C = a^T w: A is read along m
+    ai = input(a.shape, "float16", name="a")
+    out, report, fn, _ = run(Graph([ai], [ops.matmul(ops.transpose(ai, 0, 1), taskloom.asarray(w))]), {"a": a},
+                             CONFIGS[1])
+    assert "A into [k][m] by cp.async" in fn.attr("doc")
+    np.testing.assert_allclose(f32(out), f32(a).T @ f32(w), rtol=2e-3, atol=2e-2)
+    assert report.counters.bank_conflicts == 0
+
+
+def test_batched_matmul_and_a_float32_result():
+    p, q = half(3, 33, 48), half(3, 48, 40)
+    pi, qi = input(p.shape, "float16", name="p"), input(q.shape, "float16", name="q")
+    out, _, _, _ = run(Graph([pi, qi], [ops.cast(ops.matmul(pi, qi), "float32")]), {"p": p, "q": q})
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(out, f32(p) @ f32(q), rtol=1e-3, atol=1e-3)
+
+
+def test_a_convolution_window_is_computed_into_the_tile():
+    torch = pytest.importorskip("torch")
+    x, w = half(2, 8, 9, 7), half(16, 8, 3, 3)
+    xi = input(x.shape, "float16", name="img")
+    out, report, fn, _ = run(Graph([xi], [ops.conv2d(xi, taskloom.asarray(w), padding=1)]), {"img": x})
+    assert "by its threads" in fn.attr("doc")
+    want = torch.nn.functional.conv2d(torch.from_numpy(f32(x)), torch.from_numpy(f32(w)), padding=1).numpy()
+    np.testing.assert_allclose(f32(out), want, rtol=2e-3, atol=3e-2)
+    assert report.counters.bank_conflicts == 0
+
+
+@pytest.mark.parametrize("stages", [2, 4])
+def test_pipelines_of_other_depths(stages):
+    a, w = half(70, 200), half(200, 72)
+    ai = input(a.shape, "float16", name="a")
+    out, _, _, _ = run(Graph([ai], [ops.matmul(ai, taskloom.asarray(w))]), {"a": a}, MmaConfig(64, 64, 32, (2, 2), stages))
+    np.testing.assert_allclose(f32(out), f32(a) @ f32(w), rtol=2e-3, atol=5e-2)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("config", CONFIGS, ids=str)
+def test_every_config_builds_without_spills(arch, config):
+    a = half(256, 256)
+    ai = input(a.shape, "float16", name="a")
+    _, _, _, module = run(Graph([ai], [ops.matmul(ai, taskloom.asarray(half(256, 256)))]), {"a": a}, config, arch)
+    used = module.built.resources["mm"]
+    assert not used.spills and used.shared_bytes == config.shared_bytes(), used
+
+
+def test_the_template_serves_16_bit_contractions_only():
+    x16, x32 = input((16, 32), "float16", name="h"), input((16, 32), name="s")
+    for x, dtype, served in ((x16, np.float16, True), (x32, np.float32, False)):
+        [group] = fuse_graph(Graph([x], [ops.matmul(x, taskloom.asarray(np.ones((32, 8), dtype)))]))
+        assert (mma_candidate(group.task, SM80) is not None) == served
+
+
+def test_a_float16_graph_compiles_onto_tensor_cores():
+    x, w1, w2 = half(8, 64), half(64, 128), half(128, 32)
+    xi = input(x.shape, "float16", name="x")
+    graph = Graph([xi], [ops.matmul(ops.relu(ops.matmul(xi, taskloom.asarray(w1))), taskloom.asarray(w2))])
+    compiled = taskloom.compile(graph, target="cuda:sm_80", device="emulator")
+    [out] = compiled(x) if isinstance(compiled(x), (list, tuple)) else [compiled(x)]
+    hidden = np.maximum(f32(x) @ f32(w1), 0).astype(np.float16)
+    np.testing.assert_allclose(f32(out), f32(hidden) @ f32(w2), rtol=5e-3, atol=5e-2)
+    assert sum(r.instructions["mma"] for r in compiled.last_reports) > 0

@@ -62,16 +62,15 @@ def compile_graph(graph: Graph, target: Target | str | None = None, *, tune: int
         raise TaskloomError(f"compile(): layout={layout!r} is not a layout choice; use 'auto' (NHWC "
                             "convolutions where that pays) or 'NCHW' (the graph's own layout)")
     timings: dict[str, float] = {}  # seconds per phase, in meta["timings"]
-    graph = _passes(graph, tgt, optimize, layout == "auto" and not cuda)
+    graph = _passes(graph, tgt, optimize, layout == "auto")
     timings["passes"] = time.perf_counter() - started
     phase = time.perf_counter()
     groups = fuse_graph(graph) if fuse else [FusedGroup.single(n) for n in graph.nodes]
     timings["fusion"] = time.perf_counter() - phase
     places = _Places(graph, groups)
 
-    # weights larger than the cores' L2 caches together leave each kernel's weight evicted by
-    # the others' before its next call: kernels then prefetch their prepacked panels
-    weights_stream = not cuda and sum(_nbytes(c) for c in graph.constants) > tgt.cache_bytes_between_kernels()
+    # whether each kernel's weight comes from memory on every call (the target decides)
+    weights_stream = tgt.streams_weights(sum(_nbytes(c) for c in graph.constants))
     phase = time.perf_counter()
     functions, calls, kernels = [], [], []
     for g, group in enumerate(groups):

@@ -17,7 +17,8 @@ import numpy as np
 
 from taskloom.errors import AllocationError, ArgumentError, LoadError, TaskloomError
 from taskloom.runtime import saved_file
-from taskloom.runtime.aligned import aligned_copy, aligned_empty_at
+from taskloom.runtime.aligned import aligned_empty_at
+from taskloom.runtime.device import CpuDevice, pointer_table
 from taskloom.runtime.dlpack import array_view
 from taskloom.runtime.dlpack import as_torch as as_torch_tensor
 from taskloom.runtime.library_file import LoadedLibrary, load_private
@@ -39,15 +40,6 @@ def _np_dtype_or_none(name: str) -> np.dtype | None:
         return None
 
 
-def _allocate(nbytes: int, what: str) -> np.ndarray:
-    """``nbytes`` bytes, or an :class:`AllocationError` saying they do not fit."""
-    try:
-        return np.empty(nbytes, np.uint8)
-    except (MemoryError, ValueError):
-        raise AllocationError(f"the compiled graph cannot allocate {what}: {nbytes:,} bytes do not fit in "
-                              "this machine's memory (compile smaller shapes, or run on a larger machine)") from None
-
-
 class CompiledGraph:
     """Call it with arrays (numpy, or torch tensors through DLPack) for its inputs; it returns
     its outputs (torch tensors when the inputs were torch tensors)."""
@@ -58,7 +50,9 @@ class CompiledGraph:
         the one at ``lib_path`` (for a loaded model, ``lib_path`` is the saved file)."""
         self.lib_path = Path(lib_path)
         self.meta = meta
-        self.constants = [aligned_copy(np.ascontiguousarray(c)) for c in constants]
+        self.device = CpuDevice()
+        uploaded = [self.device.upload(c) for c in constants]
+        self.constants = [u.owner for u in uploaded]
         try:
             self._lib, self._lib_bytes = library or LoadedLibrary(ctypes.CDLL(str(self.lib_path.resolve())),
                                                                   self.lib_path.read_bytes())
@@ -70,9 +64,9 @@ class CompiledGraph:
         self._status_arg = () if self._status is None else (ctypes.c_void_p(ctypes.addressof(self._status)),)
         self._entry.argtypes = [ctypes.c_void_p] * (4 + len(self._status_arg))
         self._entry.restype = None
-        self._w = (ctypes.c_void_p * max(len(self.constants), 1))(*[c.ctypes.data for c in self.constants])
-        self._arena = _allocate(max(int(meta["arena_bytes"]), 1) + 64, "the arena of its intermediates")
-        self._arena_ptr = (self._arena.ctypes.data + 63) // 64 * 64
+        self._w = pointer_table([u.ptr for u in uploaded])
+        self._arena = self.device.allocate(max(int(meta["arena_bytes"]), 1), "the arena of its intermediates")
+        self._arena_ptr = self._arena.ptr
         self._profile: list[np.ndarray] | None = None  # per-call kernel times while profiling
         self._profile_fn: Any = None  # the launcher's profiling twin, resolved when profiling starts
         self._lock = threading.Lock()  # one arena: calls on one CompiledGraph run one at a time

@@ -29,6 +29,7 @@ from taskloom.runtime.library_file import load_private
 from taskloom.ir.arith import simplify_expr
 from taskloom.ir.dtypes import TensorType, dtype as ir_dtype
 from taskloom.runtime.cuda_module import DEVICES, require_gpu
+from taskloom.runtime.device import CpuDevice, CudaDevice, pointer_table
 
 ENTRY = "taskloom_graph"
 
@@ -51,7 +52,8 @@ class CudaCompiledGraph:
         self._kernels = {f.name: f for f in built.kernels}
         self._lock = threading.Lock()  # one arena: calls run one at a time
         self._gpu: _GpuState | None = _GpuState(self, library) if device == "cuda" else None
-        self._arena = np.zeros(int(meta["arena_bytes"]) + 64, np.uint8) if device == "emulator" else None
+        self._arena = CpuDevice().allocate(int(meta["arena_bytes"]) + 64, "the arena of its intermediates").owner \
+            if device == "emulator" else None
         self.last_reports: list[Any] = []  # the emulator's counters of each kernel of the last call
 
     def __repr__(self) -> str:
@@ -164,22 +166,17 @@ class _GpuState:
     def __init__(self, graph: CudaCompiledGraph, library: Any = None):
         import ctypes
         require_gpu()
-        try:
-            import torch
-        except ImportError:
-            raise TaskloomError("device='cuda' runs compiled graphs through PyTorch's CUDA tensors; install "
-                                "torch with CUDA, or use device='emulator'") from None
-        if not torch.cuda.is_available():
-            raise TaskloomError("device='cuda' needs torch with CUDA, and torch.cuda.is_available() is False")
         from taskloom.runtime.cuda_module import CudaModule
-        self.torch, self.ctypes = torch, ctypes
+        self.device = CudaDevice()
+        self.torch, self.ctypes = self.device.torch, ctypes
         self.module = CudaModule(graph.built, "cuda", library)
-        self.constants = [torch.from_numpy(np.ascontiguousarray(c)).cuda() for c in graph.constants]
-        self.arena = torch.empty(int(graph.meta["arena_bytes"]) + 256, dtype=torch.uint8, device="cuda")
+        uploaded = [self.device.upload(c) for c in graph.constants]
+        self.constants = [u.owner for u in uploaded]
+        self.arena = self.device.allocate(int(graph.meta["arena_bytes"]), "the arena of its intermediates")
         self.entry = getattr(self.module.library(), ENTRY)
         self.entry.restype = ctypes.c_int
         self.entry.argtypes = [ctypes.c_void_p] * 6
-        self._w = _pointer_table(ctypes, [c.data_ptr() for c in self.constants])
+        self._w = pointer_table([u.ptr for u in uploaded])
 
     def torch_dtype(self, name: str) -> Any:
         return getattr(self.torch, name if name != "bool" else "bool")
@@ -195,19 +192,12 @@ class _GpuState:
         return t if t.data_ptr() % 16 == 0 else t.clone()  # cp.async and vector loads move 16 aligned bytes
 
     def launch(self, ins: list[Any], outs: list[Any]) -> None:
-        ctypes = self.ctypes
-        stream = ctypes.c_void_p(int(self.torch.cuda.current_stream().cuda_stream))
-        arena = (self.arena.data_ptr() + 255) // 256 * 256
-        code = self.entry(self._w, _pointer_table(ctypes, [t.data_ptr() for t in ins]),
-                          _pointer_table(ctypes, [t.data_ptr() for t in outs]), ctypes.c_void_p(arena),
-                          self.module.device_status(), stream)
+        (stream,) = self.device.entry_args()
+        code = self.entry(self._w, pointer_table([t.data_ptr() for t in ins]), pointer_table([t.data_ptr() for t in outs]),
+                          self.ctypes.c_void_p(self.arena.ptr), self.module.device_status(), stream)
         if code != 0:
             raise TaskloomError(f"the compiled graph failed to launch: CUDA error {code} (cudaGetErrorName gives its name)")
         self.module.take_status("the compiled graph", stream)
-
-
-def _pointer_table(ctypes: Any, pointers: list[int]) -> Any:
-    return (ctypes.c_void_p * max(len(pointers), 1))(*pointers)
 
 
 def _numpy(name: str) -> np.dtype:

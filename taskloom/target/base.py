@@ -54,6 +54,17 @@ class Target:
         weights beyond it come from memory on every call)."""
         raise NotImplementedError
 
+    def streams_weights(self, weight_bytes: int) -> bool:
+        """Whether a graph with ``weight_bytes`` of weights should have its kernels fetch
+        each weight ahead of use (the weights outgrow what stays cached between kernels,
+        and the target's templates prefetch). False unless a target says otherwise."""
+        return False
+
+    def nhwc_channel_multiple(self) -> int | None:
+        """The input channels a convolution needs for the layout pass to run it in NHWC
+        (its window then packs by whole vectors); None where the graph keeps its layout."""
+        return None
+
     @property
     def is_gpu(self) -> bool:
         """Whether kernels for this target run on a GPU (or its emulator)."""

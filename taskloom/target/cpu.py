@@ -156,6 +156,16 @@ class CpuTarget(Target):
         """Every core's L2: what a kernel's data finds again in the next kernel."""
         return self.num_cores * self.l2_bytes
 
+    def streams_weights(self, weight_bytes: int) -> bool:
+        """Weights larger than the cores' L2 caches together are evicted by the other
+        kernels' before their next call: the matmul template then prefetches its panels."""
+        return weight_bytes > self.cache_bytes_between_kernels()
+
+    def nhwc_channel_multiple(self) -> int | None:
+        """16, the widest x86 vector of floats (AVX-512's; AVX2's 8 divide it), so that one
+        layout choice serves both instruction sets."""
+        return 16
+
     def runs_on_host(self, host: CpuTarget | None = None) -> bool:
         """Whether code built for this target runs on ``host`` (default: this machine)."""
         return self.isa <= (host or CpuTarget.host()).isa

@@ -97,3 +97,10 @@ def test_dict_round_trip_and_key():
     assert AVX512_HOST.key() != AVX512_HOST.with_isa("avx2").key()
     with pytest.raises(TargetError, match="num_cores"):
         CpuTarget.from_dict({"kind": "cpu", "name": "x", "isa": []})
+
+
+def test_weights_stream_past_the_cores_l2_caches():
+    host = CpuTarget.host()
+    between = host.num_cores * host.l2_bytes
+    assert not host.streams_weights(between) and host.streams_weights(between + 1)
+    assert host.nhwc_channel_multiple() == 16

@@ -85,3 +85,8 @@ def test_a_cuda_compile_without_a_gpu_points_to_the_emulator(no_gpu):
     x = input((4,), name="x")
     with pytest.raises(TargetError, match="needs an NVIDIA GPU.*device='emulator'"):
         taskloom.compile(Graph([x], [ops.relu(x)]), target="cuda:sm_90")
+
+
+def test_graph_policies_ask_the_target():
+    gpu = CudaTarget.from_arch("sm_90")
+    assert not gpu.streams_weights(10 * gpu.l2_bytes) and gpu.nhwc_channel_multiple() is None

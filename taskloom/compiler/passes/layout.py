@@ -8,9 +8,10 @@ packs by vectors (with the channels a multiple of the vector), the weight become
 constant ``(KH, KW, C, O)`` matrix read by rows, and the result is stored by rows of
 output channels. Pooling and depthwise convolutions vectorize over the channels.
 
-Which convolutions: ``groups == 1`` with a 1x1 kernel or input channels a multiple of 16
-(the stem of a CNN, 3 channels and 7x7, stays NCHW: its window cannot pack by vectors
-either way, so NHWC only adds a conversion), and depthwise convolutions -- in regions
+Which convolutions: ``groups == 1`` with a 1x1 kernel or input channels a multiple of the
+target's vector of channels (``Target.nhwc_channel_multiple``: 16 on x86; the stem of a
+CNN, 3 channels and 7x7, stays NCHW: its window cannot pack by vectors either way, so NHWC
+only adds a conversion), and depthwise convolutions -- in regions
 (:func:`_regions`) where the conversions are worth it. The pass:
 
 - rewrites such a ``conv2d`` as ``conv2d(x', w', layout="NHWC")``, where ``x'`` is the NHWC
@@ -41,15 +42,9 @@ from taskloom.target.base import Target
 TO_NHWC = (0, 2, 3, 1)
 TO_NCHW = (0, 3, 1, 2)
 
-#: Input channels a convolution's window needs to pack by whole vectors on the CPU: the
-#: widest x86 vector of floats (AVX-512's 16; AVX2's 8 divide it), so that one layout
-#: choice serves both instruction sets.
-CHANNEL_MULTIPLE = 16
-
-
-def conv_pays(node: Node) -> bool:
-    """Whether ``node`` (a float32 4-d NCHW conv2d) runs faster in NHWC (see the module
-    docstring)."""
+def conv_pays(node: Node, channel_multiple: int) -> bool:
+    """Whether ``node`` (a float32 4-d NCHW conv2d) runs faster in NHWC on a target whose
+    windows pack by vectors of ``channel_multiple`` channels (see the module docstring)."""
     a = node.task.attr
     if node.op != "conv2d" or a("layout", "NCHW") != "NCHW":
         return False
@@ -58,7 +53,7 @@ def conv_pays(node: Node) -> bool:
         return False
     c, o = x.shape[1], w.shape[0]
     if a("groups") == 1:
-        return w.shape[2:] == (1, 1) or c % CHANNEL_MULTIPLE == 0
+        return w.shape[2:] == (1, 1) or c % channel_multiple == 0
     return a("groups") == c == o  # depthwise: vectorized over the channels
 
 
@@ -174,7 +169,7 @@ def _carries(node: Node) -> bool:
     return _is_elementwise(node)
 
 
-def _regions(graph: Graph) -> set[Node]:
+def _regions(graph: Graph, channel_multiple: int) -> set[Node]:
     """The convolutions worth running in NHWC: those of a region -- convolutions that pay,
     joined through the operators that carry the layout -- that holds a window convolution
     (NHWC pays for it even with conversions on both sides) or two convolutions or more (the
@@ -191,7 +186,7 @@ def _regions(graph: Graph) -> set[Node]:
         return n
 
     for node in graph.nodes:
-        if conv_pays(node) or _carries(node):
+        if conv_pays(node, channel_multiple) or _carries(node):
             parent[node] = node
             for t in node.inputs:
                 src = t.producer[0] if t.producer is not None else None
@@ -199,7 +194,7 @@ def _regions(graph: Graph) -> set[Node]:
                     parent[find(src)] = find(node)
     convs: dict[Node, list[Node]] = {}
     for n in parent:
-        if conv_pays(n):
+        if conv_pays(n, channel_multiple):
             convs.setdefault(find(n), []).append(n)
     chosen: set[Node] = set()
     for members in convs.values():
@@ -213,10 +208,11 @@ def choose_layout(graph: Graph, target: Target) -> Graph:
     """``graph`` with its convolutions in NHWC where that pays on ``target``, the layout
     carried through pooling and elementwise operators (see the module docstring); run the
     passes of :func:`taskloom.compiler.passes.optimize` after it to cancel and drop the
-    conversions. The rules are the CPU's; other targets keep the graph's layout."""
-    if target.kind != "cpu":
+    conversions. A target that names no channel multiple keeps the graph's layout."""
+    multiple = target.nhwc_channel_multiple()
+    if multiple is None:
         return graph
-    chosen = _regions(graph)
+    chosen = _regions(graph, multiple)
     if not chosen:
         return graph
     return rewrite(graph, _rule(_Layouts(), chosen))

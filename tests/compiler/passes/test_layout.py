@@ -132,3 +132,14 @@ def test_a_gpu_target_keeps_the_graphs_layout():
     g = Graph([x], [ops.relu(ops.conv2d(x, w, padding=1))])
     assert choose_layout(g, HOST) is not g
     assert choose_layout(g, get_target("cuda:sm_80")) is g
+
+
+def test_the_target_names_the_channel_multiple_a_window_needs():
+    class WideVectors(CpuTarget):  # a CPU whose windows would need 64 channels to pack
+        def nhwc_channel_multiple(self) -> int:
+            return 64
+    x = input((1, 32, 8, 8), name="x")
+    g = Graph([x], [ops.relu(ops.conv2d(x, const(32, 32, 3, 3), padding=1))])
+    wide = WideVectors(**{f: getattr(HOST, f) for f in HOST.__dataclass_fields__})
+    assert layouts(relaid(g), "conv2d") == ["NHWC"]
+    assert choose_layout(g, wide) is g

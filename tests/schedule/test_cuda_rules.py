@@ -131,3 +131,20 @@ def test_every_kernel_builds_for_hopper_without_spills():
            for name, graph, _ in CASES for k, group in enumerate(fuse_graph(graph))]
     module = taskloom.build(fns, target=hopper, device="emulator")
     assert all(not r.spills for r in module.built.resources.values()), module.built.resources
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+@pytest.mark.parametrize("op", ["layer_norm", "mean"])
+def test_half_precision_rows_reduce_in_float32(op):
+    x = input((4, 1500), "float16", name="x")  # a block a row: partials meet in shared memory too
+    y = ops.layer_norm(x, (1500,)) if op == "layer_norm" else ops.mean(x, axis=-1)
+    [group] = fuse_graph(Graph([x], [y]))
+    fn = schedule_task_cuda(group.task, A100)
+    assert "a block a row" in fn.attr("doc")
+    data = (rng.standard_normal((4, 1500)) + 3).astype(np.float16)
+    out = np.zeros(tuple(int(d) for d in y.shape), np.float16)
+    taskloom.build(fn, target=A100, device="emulator")[fn.name](data, out)
+    v = data.astype(np.float32)
+    want = (v - v.mean(-1, keepdims=True)) / np.sqrt(v.var(-1, keepdims=True) + 1e-5) if op == "layer_norm" \
+        else v.mean(-1)
+    np.testing.assert_allclose(out.astype(np.float32), want, rtol=2e-3, atol=5e-3)

@@ -23,7 +23,7 @@ from taskloom.ir import gpu
 from taskloom.ir import stmt as S
 from taskloom.ir.arith import simplify_expr
 from taskloom.ir.compute import ReduceCompute
-from taskloom.ir.dtypes import TensorType, index_type
+from taskloom.ir.dtypes import DataType, TensorType, float32, index_type, int32
 from taskloom.ir.functor import collect, substitute
 from taskloom.ir.index import prod, unravel
 from taskloom.transforms.names import NameGen
@@ -58,6 +58,14 @@ def row_axes(value: E.Expr, axes: tuple[E.Var, ...]) -> int | None:
     return len(axes) if len(read) == 1 else None
 
 
+def register_type(t: DataType) -> DataType:
+    """The type a row's partial results travel in: shuffles move 32 bits, and 16-bit floats
+    summed in their own precision lose digits, so narrower types widen to 32 bits."""
+    if t.nbytes >= 4:
+        return t
+    return float32 if t.is_float() else int32
+
+
 def _combine(kind: str, a: E.Expr, b: E.Expr) -> E.Expr:
     return E.binary(_COMBINE[kind], a, b)
 
@@ -69,25 +77,27 @@ class _Row:
         self.names, self.threads, self.lane, self.warp = names, threads, lane, warp
         self.partials: dict[str, E.Var] = {}  # shared buffers of the warps' results, by type
 
-    def reduce(self, r: ReduceCompute, identity: E.Expr) -> tuple[E.Var, list[S.Stmt]]:
-        """``r`` into a register every thread of the row holds, and the statements for it."""
-        acc = E.Var(self.names.fresh(f"{r.kind}_acc"), r.type)
+    def reduce(self, r: ReduceCompute, identity: E.Expr) -> tuple[E.Expr, list[S.Stmt]]:
+        """``r`` as a register every thread of the row holds (rounded back to ``r``'s type
+        when it is narrower than 32 bits), and the statements for it."""
+        wide = register_type(r.type)  # type: ignore[arg-type]
+        acc = E.Var(self.names.fresh(f"{r.kind}_acc"), wide)
         count = simplify_expr(E.as_expr(prod(r.shape)))
         t = E.Var(self.names.fresh("t"), index_type)
         k = E.Var(self.names.fresh("k"), index_type)
-        value = substitute(r.value, dict(zip(r.axes, unravel(k, r.shape))))
+        value = E.cast(substitute(r.value, dict(zip(r.axes, unravel(k, r.shape)))), wide)
         share = S.For(t, E.cdiv(count, self.threads), S.seq([
             S.Let(k, t * self.threads + self.lane),
             S.If(k < count, S.Assign(acc, _combine(r.kind, acc, value)))]))
-        stmts: list[S.Stmt] = [S.Declare(acc, identity), S.Comment("each thread a strided share of the row"),
+        stmts: list[S.Stmt] = [S.Declare(acc, E.cast(identity, wide)), S.Comment("each thread a strided share of the row"),
                                share, S.Comment("the warp's 32 values combined by butterfly shuffles")]
         for m in (16, 8, 4, 2, 1):
             stmts.append(S.Assign(acc, _combine(r.kind, acc, gpu.shuffle("shfl_xor", acc, m))))
         if self.threads > gpu.WARP_SIZE:
             stmts += self._across_warps(r.kind, acc)
         if r.kind == "mean":
-            stmts.append(S.Assign(acc, acc / E.cast(count, r.type)))
-        return acc, stmts
+            stmts.append(S.Assign(acc, acc / E.cast(count, wide)))
+        return (acc if wide == r.type else E.cast(acc, r.type)), stmts
 
     def _across_warps(self, kind: str, acc: E.Var) -> list[S.Stmt]:
         """The warps' results through shared memory; barriers before the reads and after

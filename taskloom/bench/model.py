@@ -80,7 +80,7 @@ class TaskloomRun:
         with torch.inference_mode():
             compiled(*inputs)
         self.compile_s = time.perf_counter() - started
-        self.graphs = [f.compiled_graph for f in self.backend.compiled if f.compiled_graph is not None]
+        self.graphs = [g for f in self.backend.compiled for g in f.compiled_graphs]
         for g in self.graphs:
             g.set_num_threads(threads)
         self.model, self.inputs = compiled, inputs

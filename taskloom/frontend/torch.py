@@ -18,8 +18,12 @@ What to know:
 - Shapes are static: a new input shape compiles a new graph (kept beside the others).
 - Inputs must be CPU tensors; outputs are CPU torch tensors sharing memory with the
   arrays the native code wrote (DLPack, no copy).
-- Operators without a converter are all listed in one :class:`~taskloom.errors.FrontendError`;
-  with ``fallback=True`` the graph runs in eager PyTorch instead, with a warning naming them.
+- Operators without a converter, and nodes their converter refuses, run in PyTorch
+  (``fallback=True``, the default): every other region is compiled and fused by taskloom, and
+  the parts and the PyTorch calls run in order in one callable
+  (:mod:`~taskloom.frontend.torch_fallback`). One :class:`FallbackWarning` line per graph
+  sums up what fell back; :func:`fallbacks` lists each node and why. With ``fallback=False``
+  the operators without a converter are all listed in one :class:`~taskloom.errors.FrontendError`.
 - Errors: a model that ``taskloom.torch.compile`` compiled raises taskloom's own error (a
   :class:`~taskloom.errors.TaskloomError` subclass), with dynamo's ``BackendCompilerFailed``
   (whose traceback shows the user's frame) as its ``__cause__`` or, where a converter's
@@ -39,17 +43,29 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 from torch.utils._pytree import TreeSpec, tree_unflatten
 
-from taskloom.errors import FrontendError, TaskloomError
+from taskloom.errors import FrontendError, TargetError, TaskloomError
 from taskloom.frontend.torch_aten import REGISTRY, register
 from taskloom.frontend.torch_convert import Conversion, convert
+from taskloom.frontend.torch_fallback import Fallback, SplitGraph, split, summary
 from taskloom.frontend.torch_lower import lower_to_aten
 
-__all__ = ["Backend", "CompiledFunction", "FallbackWarning", "Options", "REGISTRY", "compile", "compile_module",
-           "register", "taskloom_backend", "unwrap_error"]
+__all__ = ["Backend", "CompiledFunction", "Fallback", "FallbackWarning", "Options", "REGISTRY", "compile",
+           "compile_module", "fallbacks", "register", "taskloom_backend", "unwrap_error"]
+
+
+class _OptionsError(FrontendError):
+    """Options that do not fit the model's inputs: raised even with ``fallback=True``."""
+
+
+def _may_fall_back(options: "Options", error: Exception) -> bool:
+    """Whether a graph that failed with ``error`` may run in PyTorch as a whole: with
+    ``fallback=True``, unless the options or the target are what is wrong."""
+    return options.fallback and not isinstance(error, (_OptionsError, TargetError))
 
 
 class FallbackWarning(UserWarning):
-    """A graph runs in eager PyTorch because taskloom could not compile it (``fallback=True``)."""
+    """Some nodes of a graph (or the whole graph) run in PyTorch because taskloom could not
+    compile them (``fallback=True``)."""
 
 
 @dataclass(frozen=True)
@@ -57,7 +73,8 @@ class Options:
     """The backend's options: ``target`` (a :class:`~taskloom.target.Target` or a string such
     as ``"cpu -isa=avx2"``; None is this machine), ``tune`` (0: predict schedules without
     measuring, 1: measure the best predicted, 2: measure the whole space), ``fallback``
-    (run graphs taskloom cannot compile in eager PyTorch instead of raising), ``budget``
+    (True, the default: run the operators taskloom cannot compile in PyTorch instead of
+    raising; False: raise), ``budget``
     (a bound on each graph's tuning time: ``"2m"``, ``"90s"`` or seconds; None is none),
     ``layout`` (``"auto"``: convolutions in NHWC where that pays; ``"NCHW"``: as traced) and
     ``device`` for CUDA targets (``"cuda"``, the GPU; ``"emulator"``, the SIMT emulator on
@@ -65,7 +82,7 @@ class Options:
 
     target: Any = None
     tune: int = 0
-    fallback: bool = False
+    fallback: bool = True
     budget: Any = None
     layout: str = "auto"
     device: Any = None
@@ -174,6 +191,16 @@ class _Program:
         return self._rebuild([outs[v] if kind == "graph" else v for kind, v in conv.leaves])
 
 
+class _SplitProgram(_Program):
+    """A specialization run as compiled parts and PyTorch calls (a :class:`SplitGraph`)."""
+
+    def __init__(self, graph: SplitGraph, state: tuple[tuple, list]):  # (no conversion of the whole graph)
+        self.split, self.state = graph, state
+
+    def run(self, args: Sequence[Any]) -> Any:
+        return self.split(args)
+
+
 def _rebuilder(spec: TreeSpec) -> Callable[[list], Any]:
     """What turns the output leaves into torch's output structure. A graph's outputs are
     nearly always a flat tuple or list of tensors, which is built directly: the general
@@ -190,7 +217,10 @@ class CompiledFunction:
 
     ``compiled_graph`` is the :class:`~taskloom.runtime.compiled_graph.CompiledGraph` built
     last (its ``meta['kernels']`` tells how the operators were fused), ``graph`` the taskloom
-    graph it was compiled from, and ``aten_graph`` the ATen graph that was converted.
+    graph it was compiled from, and ``aten_graph`` the ATen graph that was converted. When
+    nodes fall back to PyTorch, those two are None and ``compiled_graphs`` lists the compiled
+    parts in the order they run; ``fallbacks`` lists the nodes PyTorch runs (a
+    :class:`~taskloom.frontend.torch_fallback.Fallback` each).
     """
 
     def __init__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: Options):
@@ -209,6 +239,8 @@ class CompiledFunction:
         self._names = [_input_name(n, k) for k, n in enumerate(placeholders)]
         self._programs: dict[Any, _Program | Callable] = {}
         self.compiled_graph: Any = None
+        self.compiled_graphs: list[Any] = []
+        self.fallbacks: list[Fallback] = []
         self.graph: Any = None
         self.aten_graph: torch.fx.GraphModule | None = None
         # compile now, at compile time, not on the first call
@@ -238,28 +270,43 @@ class CompiledFunction:
         try:
             program = self._build(args)
         except Exception as e:
-            if not (allow_fallback and self.options.fallback):
+            if not (allow_fallback and _may_fall_back(self.options, e)):
                 raise
-            _warn_fallback(e)
+            self.fallbacks = [_warn_fallback(e)]
             program = self.gm.forward
         self._programs[key] = program
         return program
 
     def _build(self, args: Sequence[Any]) -> _Program:
-        from taskloom.compiler.graph_compiler import compile_graph
         try:
             aten_gm = lower_to_aten(self.gm, args)
         except Exception as e:
             raise FrontendError(f"torch could not lower the captured graph to core ATen operators "
                                 f"({type(e).__name__}: {_first_line(e)})") from e
-        conversion = convert(aten_gm, args, self._is_input, self._names)
-        compiled = None
-        if conversion.graph is not None:
-            compiled = compile_graph(conversion.graph, target=self._target(args), tune=self.options.tune,
-                                     budget=self.options.budget, layout=self.options.layout,
-                                     device=self.options.device)
+        try:
+            conversion = convert(aten_gm, args, self._is_input, self._names)
+        except FrontendError as e:  # operators without a converter, or a node its converter refused
+            if not self.options.fallback or not (getattr(e, "unsupported", None) or getattr(e, "node_name", None)):
+                raise
+            return self._build_split(aten_gm, args, e)
+        compiled = None if conversion.graph is None else self._compile(conversion.graph, args)
         self.aten_graph, self.graph, self.compiled_graph = aten_gm, conversion.graph, compiled
+        self.compiled_graphs, self.fallbacks = ([] if compiled is None else [compiled]), []
         return _Program(conversion, compiled, self._state(args))
+
+    def _build_split(self, aten_gm: torch.fx.GraphModule, args: Sequence[Any], error: FrontendError) -> _SplitProgram:
+        """The program of a graph some of whose nodes run in PyTorch, with the warning saying which."""
+        graph, fell, total = split(aten_gm, args, self._is_input, self._names, lambda g: self._compile(g, args),
+                                   error)
+        warnings.warn(summary(fell, total), FallbackWarning, stacklevel=2)
+        self.aten_graph, self.graph, self.compiled_graph = aten_gm, None, None
+        self.compiled_graphs, self.fallbacks = graph.compiled_graphs, fell
+        return _SplitProgram(graph, self._state(args))
+
+    def _compile(self, graph: Any, args: Sequence[Any]) -> Any:
+        from taskloom.compiler.graph_compiler import compile_graph
+        return compile_graph(graph, target=self._target(args), tune=self.options.tune, budget=self.options.budget,
+                             layout=self.options.layout, device=self.options.device)
 
     def _target(self, args: Sequence[Any]) -> Any:
         """The option's target; without one, the GPU's where the inputs are CUDA tensors (or
@@ -268,11 +315,11 @@ class CompiledFunction:
         target = self.options.target
         if target is None and (on_gpu or self.options.device is not None):
             if self.options.device == "emulator":
-                raise FrontendError("taskloom backend: option device='emulator' needs a CUDA target naming the "
+                raise _OptionsError("taskloom backend: option device='emulator' needs a CUDA target naming the "
                                     "architecture to emulate, e.g. options={'target': 'cuda:sm_90', ...}")
             return "cuda"
         if on_gpu and not str(getattr(target, "kind", target)).startswith("cuda"):
-            raise FrontendError(f"taskloom backend: the inputs are CUDA tensors and the target is {target!r}; "
+            raise _OptionsError(f"taskloom backend: the inputs are CUDA tensors and the target is {target!r}; "
                                 "pass target='cuda' (or None), or move the inputs to the CPU")
         return target
 
@@ -321,24 +368,31 @@ def _raising_taskloom_errors(fn: Callable) -> Callable:
     return call
 
 
-def _warn_fallback(error: Exception) -> None:
-    missing = getattr(error, "unsupported", None)
-    why = (f"no converter for {', '.join(f'{name} ({n}x)' for name, n in sorted(missing.items()))}"
-           if missing else f"{type(error).__name__}: {error}")
-    warnings.warn(f"taskloom: this graph runs in eager PyTorch (fallback=True): {why}", FallbackWarning,
+def _warn_fallback(error: Exception) -> Fallback:
+    """Warns that a whole graph runs in eager PyTorch because of ``error``; what :func:`fallbacks` lists for it."""
+    why = f"{type(error).__name__}: {_first_line(error)}"
+    warnings.warn(f"taskloom: the whole graph runs in eager PyTorch (fallback=True): {why}", FallbackWarning,
                   stacklevel=3)
+    return Fallback("graph", "", why)
 
 
 class Backend:
     """A dynamo backend with fixed :class:`Options`; ``torch.compile(model, backend=Backend(tune=1))``.
-    ``compiled`` lists the :class:`CompiledFunction` of every graph it compiled, in order."""
+    ``compiled`` lists the :class:`CompiledFunction` of every graph it compiled, in order;
+    ``fallbacks`` what of them runs in PyTorch."""
 
     __name__ = "taskloom"  # how dynamo names the backend in its messages
 
-    def __init__(self, *, target: Any = None, tune: int = 0, fallback: bool = False, budget: Any = None,
+    def __init__(self, *, target: Any = None, tune: int = 0, fallback: bool = True, budget: Any = None,
                  layout: str = "auto", device: str | None = None):
         self.options = Options(target, tune, fallback, budget, layout, device)
         self.compiled: list[CompiledFunction] = []
+        self._eager_graphs: list[Fallback] = []  # graphs that run in PyTorch as a whole
+
+    @property
+    def fallbacks(self) -> list[Fallback]:
+        """The nodes (or whole graphs) that run in PyTorch, over every graph compiled so far."""
+        return [f for fn in self.compiled for f in fn.fallbacks] + self._eager_graphs
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
                  options: Mapping[str, Any] | None = None, mode: str | None = None) -> Callable:
@@ -346,9 +400,9 @@ class Backend:
         try:
             fn = CompiledFunction(gm, example_inputs, opts)
         except Exception as e:
-            if not opts.fallback:
+            if not _may_fall_back(opts, e):
                 raise
-            _warn_fallback(e)
+            self._eager_graphs.append(_warn_fallback(e))
             return gm.forward
         self.compiled.append(fn)
         return fn
@@ -370,7 +424,7 @@ def compile_module(model: Any, example_inputs: tuple[Any, ...], *, target: Any =
     (what ``taskloom.compile(model, example_inputs)`` returns): savable, called with the
     same inputs in order. The model must capture as one graph whose outputs it computes;
     for anything else (graph breaks, outputs that are inputs), use :func:`compile`."""
-    backend = Backend(target=target, tune=tune, budget=budget, layout=layout, device=device)
+    backend = Backend(target=target, tune=tune, fallback=False, budget=budget, layout=layout, device=device)
     # every module of a class shares its forward's code, and each capture adds an entry to
     # that code's cache until the module is collected: past dynamo's recompile limit (8), a
     # capture with fullgraph=True fails, so compiling a ninth model of a class in one
@@ -401,20 +455,35 @@ def compile_module(model: Any, example_inputs: tuple[Any, ...], *, target: Any =
     return compiled
 
 
-def compile(model: Any, *, target: Any = None, tune: int = 0, fallback: bool = False,  # noqa: A001
+def compile(model: Any, *, target: Any = None, tune: int = 0, fallback: bool = True,  # noqa: A001
             dynamic: bool | None = False, fullgraph: bool = False, budget: Any = None,
             layout: str = "auto") -> Any:
-    """``torch.compile(model, backend=<taskloom>, options={target, tune, fallback, budget, layout})``:
-    the model (or function) compiled by taskloom when first called. Shapes are static by
-    default (``dynamic=False``); each new input shape compiles again. A graph taskloom
-    cannot compile raises a :class:`~taskloom.errors.TaskloomError` (dynamo's
-    ``BackendCompilerFailed`` chained as its cause)."""
-    Options(target, tune, fallback, budget, layout)  # check the options now, not at the first call
-    compiled = torch.compile(model, backend=taskloom_backend, dynamic=dynamic, fullgraph=fullgraph,
-                             options={"target": target, "tune": tune, "fallback": fallback, "budget": budget,
-                                      "layout": layout})
+    """``torch.compile(model, backend=Backend(target, tune, fallback, budget, layout))``: the
+    model (or function) compiled by taskloom when first called. Shapes are static by
+    default (``dynamic=False``); each new input shape compiles again. Operators taskloom
+    cannot compile run in PyTorch (:func:`fallbacks` lists them); with ``fallback=False``
+    they raise a :class:`~taskloom.errors.TaskloomError` (dynamo's ``BackendCompilerFailed``
+    chained as its cause)."""
+    backend = Backend(target=target, tune=tune, fallback=fallback, budget=budget, layout=layout)
+    compiled = torch.compile(model, backend=backend, dynamic=dynamic, fullgraph=fullgraph)
     # taskloom's errors come out as themselves, not wrapped in dynamo's BackendCompilerFailed
     if isinstance(compiled, torch.nn.Module):  # dynamo's OptimizedModule: its forward is the compiled call
         compiled.forward = _raising_taskloom_errors(compiled.forward)
-        return compiled
-    return _raising_taskloom_errors(compiled)
+    else:
+        compiled = _raising_taskloom_errors(compiled)
+    compiled.taskloom_backend = backend  # what fallbacks() reads
+    return compiled
+
+
+def fallbacks(compiled: Any) -> list[Fallback]:
+    """What runs in PyTorch in ``compiled`` (made by :func:`compile`; or a :class:`Backend` or
+    :class:`CompiledFunction`), over every graph compiled so far: one
+    :class:`~taskloom.frontend.torch_fallback.Fallback` (``op``, ``node``, ``reason``) a node,
+    or one for a graph that runs in PyTorch as a whole."""
+    if isinstance(compiled, (Backend, CompiledFunction)):
+        return list(compiled.fallbacks)
+    backend = getattr(compiled, "taskloom_backend", None)
+    if not isinstance(backend, Backend):
+        raise FrontendError(f"fallbacks(): {type(compiled).__name__} was not made by taskloom.torch.compile; "
+                            "pass what it returned, or the Backend given to torch.compile")
+    return backend.fallbacks

@@ -9,7 +9,9 @@ records the graph. Each converted result is checked against the shape torch reco
 node and cast to torch's dtype, so converters need not repeat torch's type promotion.
 
 Before anything is converted, every operator without a converter is collected, and all of
-them are reported in one :class:`~taskloom.errors.FrontendError`.
+them are reported in one :class:`~taskloom.errors.FrontendError` (its ``unsupported``: name ->
+uses); an error converting one node carries that node's name as ``node_name``. The per-operator
+fallback (:mod:`~taskloom.frontend.torch_fallback`) reads both.
 """
 from __future__ import annotations
 
@@ -65,16 +67,21 @@ def constant_nodes(gm: torch.fx.GraphModule, is_input: Sequence[bool]) -> set[No
     return const
 
 
+def unsupported_nodes(gm: torch.fx.GraphModule, const: set[Node]) -> list[Node]:
+    """The nodes applied to graph inputs whose operator has no converter."""
+    return [node for node in gm.graph.nodes
+            if (node.op == "call_function" and node not in const and node.target is not operator.getitem
+                and lookup(node.target) is None) or node.op in ("call_module", "call_method")]
+
+
+def node_op_name(node: Node) -> str:
+    """The operator of a node as messages name it: ``aten.sin.default``, ``call_method view``."""
+    return op_name(node.target) if node.op == "call_function" else f"{node.op} {node.target}"
+
+
 def unsupported_ops(gm: torch.fx.GraphModule, const: set[Node]) -> Counter[str]:
     """Every operator applied to graph inputs that has no converter, with its number of uses."""
-    missing: Counter[str] = Counter()
-    for node in gm.graph.nodes:
-        if node.op == "call_function" and node not in const and node.target is not operator.getitem \
-                and lookup(node.target) is None:
-            missing[op_name(node.target)] += 1
-        elif node.op in ("call_module", "call_method"):
-            missing[f"{node.op} {node.target}"] += 1
-    return missing
+    return Counter(node_op_name(node) for node in unsupported_nodes(gm, const))
 
 
 def unsupported_message(missing: Counter[str]) -> str:
@@ -82,7 +89,7 @@ def unsupported_message(missing: Counter[str]) -> str:
     return (f"the torch frontend has no converter for {len(missing)} operator(s) of this graph:\n"
             + "\n".join(lines)
             + "\nadd converters with @taskloom.torch.register(...), or compile with "
-              "fallback=True (options={'fallback': True}) to run this graph in eager PyTorch")
+              "fallback=True (options={'fallback': True}, the default) to run these operators in PyTorch")
 
 
 def _constant(value: Any, where: str) -> Any:
@@ -178,6 +185,15 @@ class _Interpreter:
             return node.target(*self.torch_arg(node.args), **self.torch_arg(node.kwargs))
 
     def call(self, node: Node) -> Any:
+        """``node`` converted; a FrontendError raised converting it names it as ``node_name``."""
+        try:
+            return self.convert_node(node)
+        except FrontendError as e:
+            if getattr(e, "node_name", None) is None:
+                e.node_name = node.name  # type: ignore[attr-defined] - read by the per-operator fallback
+            raise
+
+    def convert_node(self, node: Node) -> Any:
         if node.target is operator.getitem:
             source, index = node.args
             value = self.env[source][index]

@@ -13,6 +13,11 @@ paths ``nn.TransformerEncoderLayer`` and ``nn.MultiheadAttention`` take in eval 
 ``no_grad`` (``aten._transformer_encoder_layer_fwd`` and
 ``aten._native_multi_head_attention``), written with torch functions that decompose further.
 They cover calls without a mask; with a mask the operator stays and is reported as unsupported.
+
+A restride (``aten.as_strided`` or ``as_strided_``, as in the pooler of Swin) of a contiguous
+input that reads a dense block of it -- its strides those of a contiguous tensor, up to an
+order of the dimensions -- is rewritten as the view, slice and permute it amounts to
+(:func:`restrides_as_views`); any other restride stays, for the fallback to run in PyTorch.
 """
 from __future__ import annotations
 
@@ -104,4 +109,81 @@ def lower_to_aten(gm: torch.fx.GraphModule, args: Sequence[Any]) -> torch.fx.Gra
     dtype torch computes for it."""
     functional = torch.func.functionalize(gm, remove="mutations")
     with torch.no_grad():
-        return make_fx(functional, decomposition_table=decomposition_table(), tracing_mode="real")(*args)
+        lowered = make_fx(functional, decomposition_table=decomposition_table(), tracing_mode="real")(*args)
+    restrides_as_views(lowered)
+    return lowered
+
+
+RESTRIDES = (aten.as_strided.default, aten.as_strided_.default)
+
+
+def dense_restride(node: torch.fx.Node) -> tuple[int, list[int], list[int]] | None:
+    """For an ``as_strided`` node over a contiguous input whose result is a dense block of that
+    input: (the block's offset, the block's shape in memory order, the permutation of that
+    shape giving the result); None for any other restride."""
+    x, size, stride = node.args[0], node.args[1], node.args[2]
+    offset = node.args[3] if len(node.args) > 3 else node.kwargs.get("storage_offset")
+    xv = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+    if not isinstance(xv, torch.Tensor) or not xv.is_contiguous() \
+            or not all(isinstance(v, int) and v >= 0 for v in (*size, *stride)) or 0 in size \
+            or xv.numel() == 0:
+        return None
+    start = 0 if offset is None else offset - xv.storage_offset()
+    # the dimensions of more than one element, outermost (largest stride) first, must tile a block
+    order = sorted((d for d in range(len(size)) if size[d] > 1), key=lambda d: -stride[d])
+    numel = 1
+    for d in reversed(order):
+        if stride[d] != numel:
+            return None
+        numel *= size[d]
+    if not 0 <= start <= xv.numel() - numel:
+        return None
+    if order == sorted(order):  # already row-major: a reshape
+        return start, list(size), list(range(len(size)))
+    memory = order + [d for d in range(len(size)) if size[d] == 1]
+    return start, [size[d] for d in memory], [memory.index(d) for d in range(len(size))]
+
+
+def restrides_as_views(gm: torch.fx.GraphModule) -> None:
+    """Rewrites in place every restride that :func:`dense_restride` reads as a block of its
+    contiguous input into ``view``, ``slice`` and ``permute`` nodes. After an in-place
+    ``as_strided_``, later readers of its input read the rewritten view."""
+    graph, changed = gm.graph, False
+    position = {n: k for k, n in enumerate(graph.nodes)}
+    for node in list(graph.nodes):
+        plan = dense_restride(node) if node.op == "call_function" and node.target in RESTRIDES else None
+        if plan is None:
+            continue
+        x, (start, shape, perm) = node.args[0], plan
+        with graph.inserting_before(node):
+            view = _block_view(graph, x, start, shape, perm)
+        view.meta = dict(node.meta)
+        node.replace_all_uses_with(view)
+        if node.target is aten.as_strided_.default:
+            for user in [u for u in x.users if position.get(u, -1) > position[node]]:
+                user.replace_input_with(x, view)
+        graph.erase_node(node)
+        changed = True
+    if changed:
+        gm.recompile()
+
+
+def _block_view(graph: torch.fx.Graph, x: torch.fx.Node, start: int, shape: list[int],
+                perm: list[int]) -> torch.fx.Node:
+    """The nodes reading ``shape`` elements of contiguous ``x`` from ``start`` on, permuted by ``perm``."""
+    xv = x.meta["val"]
+    numel = 1
+    for s in shape:
+        numel *= s
+
+    def add(target: Any, args: tuple, out_shape: list[int]) -> torch.fx.Node:
+        node = graph.call_function(target, args)
+        node.meta["val"] = torch.empty(out_shape, dtype=xv.dtype, device="meta")
+        return node
+    if start != 0 or numel != xv.numel():
+        x = add(aten.view.default, (x, [xv.numel()]), [xv.numel()])
+        x = add(aten.slice.Tensor, (x, 0, start, start + numel), [numel])
+    out = add(aten.view.default, (x, shape), shape)
+    if perm != list(range(len(perm))):
+        out = add(aten.permute.default, (out, perm), [shape[p] for p in perm])
+    return out

@@ -1,6 +1,6 @@
 """The PyTorch frontend: ``torch.compile(model, backend="taskloom")`` on small models, checked
 against eager torch; the fusion it leads to; unsupported operators (one error listing all,
-or eager fallback with a warning); options, new shapes and changed weights; save/load; and a
+with fallback=False, or per-operator fallback by default); options, new shapes and changed weights; save/load; and a
 few grouped functions that cover the converter registry.
 
 Models are tiny (a handful of channels, sequence 8, hidden 32) so each compiles in about a
@@ -221,7 +221,7 @@ class Unsupported(nn.Module):
 
 def test_every_unsupported_operator_is_listed_in_one_error():
     with pytest.raises(BackendCompilerFailed) as info:
-        torch.compile(Unsupported(), backend="taskloom")(torch.randn(3, 4))
+        torch.compile(Unsupported(), backend="taskloom", options={"fallback": False})(torch.randn(3, 4))
     error = info.value.inner_exception
     assert isinstance(error, FrontendError)
     text = str(error)
@@ -232,18 +232,20 @@ def test_every_unsupported_operator_is_listed_in_one_error():
     assert "fallback=True" in text
 
 
-def test_fallback_runs_eager_and_warns_naming_the_operators():
+def test_fallback_is_the_default_and_warns_naming_the_operators():
     model = Unsupported()
     x = torch.randn(3, 4)
-    with pytest.warns(FallbackWarning, match=r"aten\.cos\.default \(1x\).*aten\.sin\.default \(2x\).*aten\.topk"):
-        out = taskloom.torch.compile(model, fallback=True)(x)
+    with pytest.warns(FallbackWarning, match=r"5 of \d+ nodes run in PyTorch: aten\.topk\.default \(unsupported op\), "
+                                             r"aten\.sin\.default x2 \(unsupported op\).*aten\.cos"):
+        out = taskloom.torch.compile(model)(x)
     torch.testing.assert_close(out, model(x))
 
 
 def test_converter_errors_name_the_node():
     conv = nn.ConvTranspose2d(2, 2, 3).eval()
+    strict = {"fallback": False}
     with pytest.raises(BackendCompilerFailed) as info:
-        torch.compile(conv, backend="taskloom")(torch.randn(1, 2, 5, 5))
+        torch.compile(conv, backend="taskloom", options=strict)(torch.randn(1, 2, 5, 5))
     text = str(info.value.inner_exception)
     assert "aten.convolution.default" in text and "transposed convolution" in text, text
 
@@ -251,7 +253,7 @@ def test_converter_errors_name_the_node():
         x.add_(1.0)
         return x * 2
     with pytest.raises(BackendCompilerFailed, match=r"updates the graph input 'x' in place"):
-        torch.compile(add_one_in_place, backend="taskloom")(torch.randn(4))
+        torch.compile(add_one_in_place, backend="taskloom", options=strict)(torch.randn(4))
 
 
 def test_registry_is_what_the_frontend_reads(monkeypatch):

@@ -1,4 +1,5 @@
-"""Errors of the PyTorch frontend are taskloom errors: ``taskloom.torch.compile`` and
+"""Errors of the PyTorch frontend are taskloom errors: ``taskloom.torch.compile`` (with
+``fallback=False``; by default unsupported operators run in PyTorch) and
 ``taskloom.compile`` raise them out of dynamo's ``BackendCompilerFailed`` (chained as the
 cause); a converter's own fault becomes a FrontendError naming the ATen node."""
 from __future__ import annotations
@@ -33,7 +34,7 @@ def _sin_plus_one(x):
 
 
 def test_compile_of_a_module_raises_the_taskloom_error_with_dynamo_chained():
-    fast = taskloom.torch.compile(Unsupported())
+    fast = taskloom.torch.compile(Unsupported(), fallback=False)
     assert isinstance(fast, nn.Module)  # still dynamo's OptimizedModule
     with pytest.raises(FrontendError, match=r"aten\.sin\.default \(1 use\)") as info:
         fast(torch.randn(3, 4))
@@ -43,7 +44,7 @@ def test_compile_of_a_module_raises_the_taskloom_error_with_dynamo_chained():
 
 
 def test_compile_of_a_function_raises_the_taskloom_error():
-    fast = taskloom.torch.compile(_sin_plus_one)
+    fast = taskloom.torch.compile(_sin_plus_one, fallback=False)
     assert fast.__name__ == "_sin_plus_one"
     with pytest.raises(TaskloomError, match="aten.sin"):
         fast(torch.randn(5))
@@ -64,7 +65,7 @@ def test_taskloom_compile_of_a_module_raises_the_taskloom_error():
 
 def test_plain_torch_compile_keeps_dynamos_error_and_unwrap_error_reads_it():
     with pytest.raises(BackendCompilerFailed) as info:
-        torch.compile(Unsupported(), backend="taskloom")(torch.randn(3))
+        torch.compile(Unsupported(), backend="taskloom", options={"fallback": False})(torch.randn(3))
     inner = unwrap_error(info.value)
     assert isinstance(inner, FrontendError) and inner.__cause__ is info.value
     other = ValueError("not dynamo's")
@@ -78,6 +79,6 @@ def test_a_converter_fault_is_a_frontend_error_naming_the_node(monkeypatch):
         return {}["missing"]
     monkeypatch.setitem(torch_aten.REGISTRY, aten.relu, broken)
     with pytest.raises(FrontendError, match=r"aten\.relu\.default \(node 'relu'\).*KeyError") as info:
-        taskloom.torch.compile(torch.relu)(torch.randn(4))
+        taskloom.torch.compile(torch.relu, fallback=False)(torch.randn(4))
     assert isinstance(info.value.__cause__, KeyError)  # the fault itself; dynamo's error beside it
     assert isinstance(info.value.dynamo_error, BackendCompilerFailed)

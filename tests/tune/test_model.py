@@ -176,7 +176,9 @@ def test_tune0_builds_the_model_pick(tmp_path, monkeypatch):
     x, y = input((96, 200), name="x"), input((200, 160), name="y")
     c = taskloom.compile(Graph([x, y], [ops.matmul(x, y)]))
     pick = model.best_config((1, 96, 160, 200), T)
-    assert c.meta["kernels"][0]["schedule"] == f"matmul_cpu: {pick}"
+    # the template appends how it splits K where the config's kc is short of K (cache sizes decide)
+    schedule = c.meta["kernels"][0]["schedule"]
+    assert schedule == f"matmul_cpu: {pick}" or schedule.startswith(f"matmul_cpu: {pick}, K in ")
     a = np.random.default_rng(0).standard_normal((96, 200), dtype=np.float32)
     b = np.random.default_rng(1).standard_normal((200, 160), dtype=np.float32)
     out = c(a, b)

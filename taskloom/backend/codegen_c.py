@@ -36,7 +36,7 @@ _C_BIN = {"or": ("||", 3), "and": ("&&", 4), "bitor": ("|", 5), "bitxor": ("^", 
           "mul": ("*", 12), "div": ("/", 12), "mod": ("%", 12)}
 #: The precedence of an expression that never needs parentheses (a name, a call, an element).
 ATOM = 15
-_SCALAR_MATH = {"exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "erf": "erf",
+_SCALAR_MATH = {"exp": "exp", "exp2": "exp2", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "erf": "erf",
                 "floor": "floor", "ceil": "ceil", "sin": "sin", "cos": "cos", "pow": "pow",
                 "fma": "fma", "abs": "fabs"}
 
@@ -240,7 +240,7 @@ class CFamilyCodegen:
             conv = [f"tl_bf16_to_f32({self.expr(a)})" if t.name == "bfloat16" else f"(float){self._paren(a, 14)}"
                     for a in e.args]
             inner = self._float_call(e.func, "float32", ", ".join(conv))
-            return f"tl_f32_to_bf16({inner})" if t.name == "bfloat16" else f"(_Float16){inner}"
+            return f"tl_f32_to_bf16({inner})" if t.name == "bfloat16" else f"({self.ctype(t, self.where)}){inner}"
         return self._float_call(e.func, t.name, args)
 
     @staticmethod

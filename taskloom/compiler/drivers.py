@@ -53,6 +53,7 @@ CONFIG_DRIVERS: dict[str, Callable[[Candidate, Target, int, "float | None"], Any
     "matmul_cpu": _matmul_cpu_config,
     "matmul_cuda": _cuda_config(choose_simt),
     "matmul_mma": _cuda_config(choose_mma),
+    "attention_cuda": lambda found, target, tune, deadline: None,  # one schedule: nothing to choose
 }
 
 

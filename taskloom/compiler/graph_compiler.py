@@ -109,7 +109,11 @@ def _passes(graph: Graph, tgt: Target, optimize: bool, relayout: bool) -> Graph:
     """The graph passes, and the layout pass where asked; inputs must have static shapes."""
     if optimize:
         from taskloom.compiler.passes import optimize as run_passes
+        from taskloom.compiler.passes.attention import fuse_attention
         graph = run_passes(graph)
+        fused = fuse_attention(graph, tgt)
+        if fused is not graph:
+            graph = run_passes(fused)
         if relayout:
             from taskloom.compiler.passes.layout import choose_layout
             relaid = choose_layout(graph, tgt)

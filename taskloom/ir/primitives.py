@@ -79,7 +79,7 @@ def _vector_reduce(name: str):
     return rule
 
 
-for _n in ("exp", "log", "sqrt", "rsqrt", "tanh", "erf", "floor", "ceil", "sin", "cos", "sigmoid"):
+for _n in ("exp", "exp2", "log", "sqrt", "rsqrt", "tanh", "erf", "floor", "ceil", "sin", "cos", "sigmoid"):
     register_primitive(Primitive(_n, 1, _same_type(_n, True), f"elementwise {_n}"))
 register_primitive(Primitive("abs", 1, _same_type("abs", False), "absolute value"))
 register_primitive(Primitive("pow", 2, _same_type("pow", True), "a to the power b"))

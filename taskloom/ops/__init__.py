@@ -8,4 +8,5 @@ from taskloom.ops.nn import *  # noqa: F401,F403
 from taskloom.ops.reduce import *  # noqa: F401,F403
 from taskloom.ops.transform import *  # noqa: F401,F403
 from taskloom.ops.indexing import *  # noqa: F401,F403
+from taskloom.ops.attention import *  # noqa: F401,F403
 from taskloom.ops import operators as _operators  # noqa: F401  (installs Tensor's operators)

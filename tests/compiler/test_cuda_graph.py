@@ -129,3 +129,12 @@ def test_a_damaged_or_edited_cuda_file_is_refused(tmp_path):
     saved_file.save_file(tmp_path / "edited.tlm", meta, lib, constants, None)
     with pytest.raises(LoadError, match="kernel_ir_sha256"):
         taskloom.load(tmp_path / "edited.tlm", device="emulator")
+
+
+def test_half_precision_math_mixes_with_half_tensors():
+    x, y = input((300,), "float16", name="x"), input((300,), "float16", name="y")
+    graph = Graph([x, y], [ops.add(ops.tanh(x), y)])  # tanh computes in float, rounds to __half
+    a = np.linspace(-3, 3, 300).astype(np.float16)
+    got = taskloom.compile(graph, target="cuda:sm_80", device="emulator")(a, a)
+    np.testing.assert_allclose(got.astype(np.float32), (np.tanh(a.astype(np.float32)).astype(np.float16)
+                                                       + a).astype(np.float32), rtol=2e-3, atol=2e-3)

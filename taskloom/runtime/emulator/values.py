@@ -185,7 +185,7 @@ def _fma(a: Array, b: Array, c: Array) -> Array:
 
 
 MATH: dict[str, Callable[..., Array]] = {
-    "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "rsqrt": _rsqrt, "tanh": np.tanh, "erf": _erf,
+    "exp": np.exp, "exp2": np.exp2, "log": np.log, "sqrt": np.sqrt, "rsqrt": _rsqrt, "tanh": np.tanh, "erf": _erf,
     "floor": np.floor, "ceil": np.ceil, "sin": np.sin, "cos": np.cos, "sigmoid": _sigmoid,
     "abs": np.abs, "pow": np.power, "fma": _fma,
 }

@@ -135,36 +135,37 @@ class _Factor:
     copy: bool
 
 
-def _strides(offset: E.Expr, variables: tuple[E.Var, ...]) -> list[int] | None:
-    """``[base, s1, s2, ...]`` when ``offset == base + sum(si * vi)`` with constants, else None."""
-    zero = {v: E.as_expr(0) for v in variables}
-    at = lambda sub: simplify_expr(substitute(offset, {**zero, **sub}))  # noqa: E731
-    base = at({})
-    if not isinstance(base, E.Constant):
-        return None
-    out = [int(base.value)]
-    for v in variables:
-        step = at({v: E.as_expr(1)})
-        if not isinstance(step, E.Constant):
-            return None
-        out.append(int(step.value) - out[0])
-    linear = E.as_expr(out[0]) + sum((E.as_expr(s) * v for s, v in zip(out[1:], variables)), E.as_expr(0))
-    return out if isinstance(d := simplify_expr(offset - linear), E.Constant) and int(d.value) == 0 else None
+#: Batches whose every row start copies checks one by one; past it a factor is computed.
+ALIGNMENT_CHECKS = 1024
+
+
+def copies_rows(read: E.Expr, vb: E.Var, batch: int, row: E.Var, col: E.Var, cols: int) -> bool:
+    """Whether cp.async can copy ``read`` (a factor of ``vb < batch``, ``row`` and ``col``)
+    in 16-byte chunks: one 16-bit tensor element, contiguous along ``col`` (``cols`` of
+    them, a multiple of 8), whose rows start 16-byte aligned in every batch element."""
+    element = read.value if isinstance(read, E.Cast) else read
+    if not isinstance(element, E.TensorElement) or element.type.nbytes != 2 or cols % CHUNK or batch > ALIGNMENT_CHECKS:
+        return False
+    offset = E.as_expr(row_major_offset(element.indices, element.tensor.shape))
+    at = lambda b, r, c: simplify_expr(substitute(offset, {vb: E.as_expr(b), row: r, col: c}))  # noqa: E731
+    zero = E.as_expr(0)
+    step = simplify_expr(at(0, row, col) - at(0, zero, zero) - row * _constant(at(0, E.as_expr(1), zero)) - col)
+    if not (isinstance(step, E.Constant) and int(step.value) == 0) or _constant(at(0, E.as_expr(1), zero)) % CHUNK:
+        return False
+    return all(_constant(at(b, zero, zero)) % CHUNK == 0 for b in range(batch))
+
+
+def _constant(e: E.Expr) -> int:
+    """An offset's value, or 1 (never aligned) when it is not a constant."""
+    return int(e.value) if isinstance(e, E.Constant) else 1
 
 
 def _factor(con: Contraction, name: str, expr: E.Expr, outer: E.Var, extent: int, block: int) -> _Factor:
     """How to load ``expr``: by cp.async when it reads one tensor element, contiguous along
     k or along ``outer``, with every 16-byte chunk of the tile inside one aligned row."""
-    read = expr.value if isinstance(expr, E.Cast) else expr
-    if isinstance(read, E.TensorElement) and read.type in HALF_TYPES:
-        offset = E.as_expr(row_major_offset(read.indices, read.tensor.shape))
-        s = _strides(offset, (con.vb, outer, con.vk))
-        if s is not None:
-            base, sb, so, sk = s
-            for inner, along, others in ((True, con.K, (sb, so)), (False, extent, (sb, sk))):
-                step = sk if inner else so
-                if step == 1 and along % CHUNK == 0 and all(x % CHUNK == 0 for x in (base, *others)):
-                    return _Factor(name, expr, outer, extent, block, inner, True)
+    for k_inner, row, col, cols in ((True, outer, con.vk, con.K), (False, con.vk, outer, extent)):
+        if copies_rows(expr, con.vb, con.batch, row, col, cols):
+            return _Factor(name, expr, outer, extent, block, k_inner, True)
     # computed element by element: K contiguous in the tile only where memory is
     return _Factor(name, expr, outer, extent, block, _k_contiguous(expr, con.vk, outer), False)
 

@@ -1,0 +1,187 @@
+"""Attention fusion: the chain a model's attention traces into (a matmul of queries and
+keys, a scale, a mask, a softmax over the keys, a matmul with the values) becomes one
+:func:`taskloom.ops.attention` node, where the target has a template that computes it in
+one pass (the scores never stored).
+
+    matmul(softmax(matmul(q, kᵀ) * c + mask), v)  ->  attention(q, k, v, mask, scale=c)
+
+Between the two matmuls and the softmax the chain may hold reshapes that only regroup the
+leading (batch) axes (heads seen as ``(B*H, L, S)`` on one side and ``(B, H, L, S)`` on the
+other), multiplications and divisions by a constant scalar, and one addition of a mask
+(scaled by the scalars after it). Each link must be read only by the next. The new node is
+kept only where a template of the target's kind serves its task; elsewhere the graph stays
+as it was.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from taskloom import ops
+from taskloom.compiler.passes.dead_nodes import eliminate_dead_nodes
+from taskloom.compiler.passes.rewrite import Rewrite, rewrite
+from taskloom.graph.graph import Graph, Node
+from taskloom.graph.tensor import Tensor
+from taskloom.schedule.select import find_candidate
+from taskloom.target.base import Target
+
+_MATMULS = ("matmul", "batch_matmul")
+
+
+def _producer(t: Tensor) -> Node | None:
+    return t.producer[0] if t.producer is not None else None
+
+
+def _leading_reshape(node: Node) -> bool:
+    x, y = node.inputs[0], node.outputs[0]
+    return node.op == "reshape" and x.ndim >= 2 and y.ndim >= 2 and tuple(x.shape[-2:]) == tuple(y.shape[-2:])
+
+
+def _scalar(t: Tensor) -> float | None:
+    """The value of a constant float tensor of one element, else None."""
+    if not t.is_concrete:
+        return None
+    a = t.numpy()
+    return float(a.reshape(())) if a.size == 1 and a.dtype.kind == "f" else None
+
+
+def _operands(node: Node) -> tuple[Tensor, Tensor, bool, bool]:
+    """A matmul's ``(a, b, transpose_a, transpose_b)``."""
+    a = node.task.attr
+    return node.inputs[0], node.inputs[1], bool(a("transpose_a", False)), bool(a("transpose_b", False))
+
+
+@dataclass
+class _Scores:
+    """The first matmul and what lies between it and the softmax: the softmax's input is
+    ``product * scale + mask * mask_scale`` (``mask`` broadcast to ``mask_shape``)."""
+
+    product: Node
+    scale: float = 1.0
+    mask: Tensor | None = None
+    mask_scale: float = 1.0
+    mask_shape: tuple = ()
+
+
+def _scores(softmax: Node, ctx: Rewrite) -> _Scores | None:
+    """Walk up from the softmax's input to the first matmul; None where a link does not fit."""
+    reader, x = softmax, softmax.inputs[0]
+    found = _Scores(softmax)  # product filled in at the matmul
+    while True:
+        node = _producer(x)
+        if node is None or not ctx.only_read_by(x, reader):
+            return None
+        if node.op in _MATMULS:
+            found.product = node
+            return found
+        if _leading_reshape(node):
+            reader, x = node, node.inputs[0]
+            continue
+        if node.op not in ("mul", "div", "add") or len(node.inputs) != 2:
+            return None
+        a, b = node.inputs
+        if node.op == "add":  # one side comes from the matmul, the other is the mask
+            if found.mask is not None:
+                return None
+            up, mask = (a, b) if _on_path(a) else (b, a)
+            found.mask, found.mask_scale, found.mask_shape = mask, found.scale, tuple(node.outputs[0].shape)
+            reader, x = node, up
+            continue
+        c, up = (_scalar(b), a) if _scalar(b) is not None or node.op == "div" else (_scalar(a), b)
+        if c is None or c == 0 or not math.isfinite(c):
+            return None
+        found.scale *= 1.0 / c if node.op == "div" else c
+        reader, x = node, up
+
+
+def _on_path(t: Tensor) -> bool:
+    """Whether ``t`` is made by a link the chain may hold (so it leads to the matmul)."""
+    node = _producer(t)
+    return node is not None and (node.op in (*_MATMULS, "mul", "div") or _leading_reshape(node))
+
+
+@dataclass
+class _Values:
+    """The second matmul and the reshapes between the softmax and it."""
+
+    product: Node
+    links: list[Node] = field(default_factory=list)
+
+
+def _values(softmax: Node, node: Node, ctx: Rewrite) -> _Values | None:
+    """Walk up from ``node`` (a matmul) through leading-axis reshapes to ``softmax``."""
+    a, _, transpose_a, _ = _operands(node)
+    if transpose_a:
+        return None
+    found, reader, x = _Values(node), node, a
+    while True:
+        producer = _producer(x)
+        if producer is None or not ctx.only_read_by(x, reader):
+            return None
+        if producer is softmax:
+            return found
+        if not _leading_reshape(producer):
+            return None
+        found.links.append(producer)
+        reader, x = producer, producer.inputs[0]
+
+
+def _rule(target: Target):
+    def rule(node: Node, inputs: list[Tensor], ctx: Rewrite) -> list[Tensor] | None:
+        if node.op not in _MATMULS:
+            return None
+        a = node.inputs[0]
+        softmax = next((p for p in _walk_reshapes(a) if p.op == "softmax"), None)
+        if softmax is None or softmax.task.attr("axis") not in (-1, softmax.outputs[0].ndim - 1):
+            return None
+        values, scores = _values(softmax, node, ctx), _scores(softmax, ctx)
+        if values is None or scores is None:
+            return None
+        out = _attention(scores, node, ctx)
+        if out is None or find_candidate(_producer(out).task, target) is None:  # type: ignore[union-attr]
+            return None
+        return [ops.reshape(out, tuple(node.outputs[0].shape))]
+    return rule
+
+
+def _walk_reshapes(t: Tensor):
+    """The producers up from ``t`` through leading-axis reshapes, nearest first."""
+    node = _producer(t)
+    while node is not None:
+        yield node
+        if not _leading_reshape(node):
+            return
+        node = _producer(node.inputs[0])
+
+
+def _attention(scores: _Scores, second: Node, ctx: Rewrite) -> Tensor | None:
+    """The attention node standing for the chain, in the first matmul's batch axes."""
+    q, kt, ta, tb = _operands(scores.product)
+    q, kt = ctx.new(q), ctx.new(kt)
+    if q.ndim < 2 or kt.ndim < 2:
+        return None
+    q = ops.transpose(q, -1, -2) if ta else q
+    k = kt if tb else ops.transpose(kt, -1, -2)
+    space = tuple(scores.product.outputs[0].shape)  # (..., L, S)
+    _, v, _, tv = _operands(second)
+    v = ctx.new(v)
+    v = ops.transpose(v, -1, -2) if tv else v
+    if v.ndim < 2 or math.prod(v.shape[:-2]) != math.prod(space[:-2]):
+        return None
+    v = ops.reshape(v, (*space[:-2], *v.shape[-2:]))
+    mask = None
+    if scores.mask is not None:
+        mask = ops.broadcast_to(ctx.new(scores.mask), scores.mask_shape)
+        mask = ops.reshape(mask, space)
+        if scores.mask_scale != 1.0:
+            mask = ops.mul(mask, scores.mask_scale)
+    if q.dtype != k.dtype or q.dtype != v.dtype:
+        return None
+    return ops.attention(q, k, v, mask=mask, scale=scores.scale)
+
+
+def fuse_attention(graph: Graph, target: Target) -> Graph:
+    """``graph`` with each attention chain one :func:`~taskloom.ops.attention` node where a
+    template of ``target``'s kind serves it (see the module docstring)."""
+    out = rewrite(graph, _rule(target))
+    return out if out is graph else eliminate_dead_nodes(out)

@@ -1,0 +1,73 @@
+"""Attention fusion: the traced chain (matmul, scale, mask, softmax, matmul, with the head
+reshapes between) becomes one attention node where a template serves it, and computes what
+the chain computed; elsewhere the graph is left as it was."""
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+import taskloom
+from taskloom import ops
+from taskloom.compiler.passes import optimize
+from taskloom.compiler.passes.attention import fuse_attention
+from taskloom.graph import Graph, input
+from taskloom.target import CpuTarget, get_target
+from tests.compiler.passes.helpers import ops_of
+
+B, L, H, D = 2, 40, 3, 32
+rng = np.random.default_rng(0)
+CUDA = get_target("cuda:sm_80")
+
+
+def traced(dtype="float16", mask_first=False, softmax_out=False) -> Graph:
+    """Self-attention as a model traces it: heads split into (B*H, L, D), scores seen as
+    (B, H, L, L) around the scale, mask and softmax."""
+    x = input((B, L, H * D), dtype, name="x")
+    mask = input((B, 1, 1, L), dtype, name="mask")
+    w = [taskloom.asarray((rng.standard_normal((H * D, H * D)) * 0.1).astype(dtype)) for _ in range(3)]
+
+    def split(t):
+        return ops.reshape(ops.permute(ops.reshape(t, (B, L, H, D)), (0, 2, 1, 3)), (B * H, L, D))
+    q, k, v = (split(ops.matmul(x, wi)) for wi in w)
+    s = ops.reshape(ops.batch_matmul(q, ops.transpose(k, 1, 2)), (B, H, L, L))
+    root = taskloom.asarray(np.array(np.sqrt(D), dtype))
+    s = ops.div(ops.add(s, mask), root) if mask_first else ops.add(ops.div(s, root), mask)
+    p = ops.softmax(s, axis=-1)
+    o = ops.batch_matmul(ops.reshape(p, (B * H, L, L)), v)
+    out = ops.reshape(ops.permute(ops.reshape(o, (B, H, L, D)), (0, 2, 1, 3)), (B, L, H * D))
+    return Graph([x, mask], [out, p] if softmax_out else [out])
+
+
+def feeds(dtype="float16"):
+    return (rng.standard_normal((B, L, H * D)).astype(dtype),
+            np.where(rng.random((B, 1, 1, L)) < 0.2, -1e4, 0).astype(dtype))
+
+
+def test_the_chain_becomes_one_attention_node():
+    before = optimize(traced())
+    after = fuse_attention(before, CUDA)
+    assert "softmax" in ops_of(before) and ops_of(before).count("batch_matmul") == 2
+    assert ops_of(after).count("attention") == 1 and "softmax" not in ops_of(after)
+    assert "batch_matmul" not in ops_of(after)
+
+
+def test_left_alone_where_no_template_serves_it():
+    graph = optimize(traced())
+    assert fuse_attention(graph, CpuTarget.host()) is graph  # no CPU attention template
+    graph32 = optimize(traced("float32"))
+    assert fuse_attention(graph32, CUDA) is graph32  # the CUDA template takes 16-bit inputs
+    shared = optimize(traced(softmax_out=True))
+    assert fuse_attention(shared, CUDA) is shared  # the probabilities are read elsewhere too
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+@pytest.mark.parametrize("mask_first", [False, True])
+def test_the_fused_model_computes_what_the_chain_did(mask_first):
+    graph = traced(mask_first=mask_first)
+    x, mask = feeds()
+    want = taskloom.compile(graph)(x, mask)
+    compiled = taskloom.compile(graph, target="cuda:sm_80", device="emulator")
+    np.testing.assert_allclose(compiled(x, mask).astype(np.float32), want.astype(np.float32), rtol=5e-3, atol=5e-3)
+    assert sum("attention_cuda" in text for text in compiled.meta["kernel_ir"]) == 1

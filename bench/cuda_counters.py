@@ -1,10 +1,11 @@
 """What the SIMT emulator, ptxas and the SASS say of taskloom's CUDA kernels, where no GPU is
 at hand: for each kernel class, the schedule the CUDA path picks against the plain rule (a
 thread an element), in warp instructions, global-memory requests and sectors, shared-memory
-bank conflicts, and ptxas's registers and spills; then, for each config of the CUDA-core
-matmul template, its main loop's instructions in SASS (``cuobjdump -sass``, which needs
-``nvdisasm`` on PATH: pip ``nvidia-cuda-cuobjdump`` and ``nvidia-cuda-nvdisasm``). Prints
-markdown tables; ``--json`` keeps the numbers.
+bank conflicts, and ptxas's registers and spills; then, for each config of the two matmul
+templates (CUDA cores on float32, tensor cores on float16) and of the attention template,
+its main loop's instructions in SASS (``cuobjdump -sass``, which needs ``nvdisasm`` on PATH: pip ``nvidia-cuda-cuobjdump``
+and ``nvidia-cuda-nvdisasm``) and what the emulator counts of one call. Prints markdown
+tables; ``--json`` keeps the numbers.
 
     .venv/bin/python bench/cuda_counters.py [--arch sm_90a] [--json FILE]
 """
@@ -67,33 +68,69 @@ def measure(name: str, graph: Graph, target: CudaTarget, schedule: str) -> dict[
             "bank_conflicts": c.bank_conflicts, "registers": r.registers, "spills": r.spill_stores + r.spill_loads}
 
 
+LOOP_OPS = ("FFMA", "HMMA", "LDSM", "LDGSTS", "LDS", "LDG", "STS", "BAR")
+
+
 def main_loop(lib_path: str) -> dict[str, int] | None:
-    """Instruction counts of the kernel's main loop (the span of its backward branch) in the
-    library's SASS; None without cuobjdump."""
+    """Instruction counts of the kernel's main loop in the library's SASS: of its backward
+    branches, the loop with the most FFMA or HMMA. None without cuobjdump."""
     if shutil.which("cuobjdump") is None:
         return None
     sass = subprocess.run(["cuobjdump", "-sass", lib_path], capture_output=True, text=True).stdout
     code = [(int(m.group(1), 16), m.group(2).split(".")[0].rstrip(";"), m.group(3))
             for m in re.finditer(r"/\*([0-9a-f]{4})\*/\s+(?:@!?U?P\w+\s+)?(\S+)\s*([^;]*)", sass)]
+    best: Counter | None = None
     for addr, op, rest in code:
         jump = re.match(r"(0x[0-9a-f]+)", rest)
         if op == "BRA" and jump and int(jump.group(1), 16) < addr:
             loop = Counter(o for a, o, _ in code if int(jump.group(1), 16) <= a <= addr)
-            return {"instructions": sum(loop.values()), **{k: loop[k] for k in ("FFMA", "LDS", "LDG", "STS", "BAR")}}
-    return None
+            if best is None or loop["FFMA"] + loop["HMMA"] > best["FFMA"] + best["HMMA"]:
+                best = loop
+    if best is None:
+        return None
+    return {"instructions": sum(best.values()), **{k: best[k] for k in LOOP_OPS}}
 
 
 def template_loops(target: CudaTarget) -> list[dict[str, Any]]:
-    """The main loop of each config of the matmul template, on a 256^3 matmul with a relu."""
-    from taskloom.schedule.cuda.matmul import CONFIGS
-    a = input((256, 256), name="a")
-    [group] = fuse_graph(Graph([a], [ops.relu(ops.matmul(a, taskloom.asarray(rng.standard_normal((256, 256))
-                                                                                   .astype(np.float32))))]))
-    found = matmul_candidate(group.task, target)
+    """Each config of the two matmul templates on a 256 x K x 256 matmul with a relu (K 256
+    on CUDA cores, 2048 on tensor cores, where nvcc unrolls a loop of 8 steps whole): the
+    SASS main loop, ptxas's registers, and the emulator's counters of one call."""
+    from taskloom.schedule.cuda import matmul, matmul_mma
     rows = []
-    for config in CONFIGS:
-        module = taskloom.build(found.build(config, "k").fn, target=target, device="emulator")
-        rows.append({"config": str(config), **(main_loop(str(module.built.lib_path)) or {})})
+    for dtype, K, find, configs in (("float32", 256, matmul.matmul_candidate, matmul.CONFIGS),
+                                    ("float16", 2048, matmul_mma.mma_candidate, matmul_mma.CONFIGS)):
+        a = input((256, K), dtype, name="a")
+        w = rng.standard_normal((K, 256)).astype(dtype)
+        [group] = fuse_graph(Graph([a], [ops.relu(ops.matmul(a, taskloom.asarray(w)))]))
+        found = find(group.task, target)
+        for config in configs:
+            fn = found.build(config, "k").fn
+            module = taskloom.build(fn, target=target, device="emulator")
+            out = np.zeros((256, 256), dtype)
+            c = module["k"](rng.standard_normal((256, K)).astype(dtype), w, out).counters
+            used = module.built.resources["k"]
+            rows.append({"template": fn.attr("template"), "config": str(config), "registers": used.registers,
+                         "spills": used.spill_stores + used.spill_loads, "bank_conflicts": c.bank_conflicts,
+                         **(main_loop(str(module.built.lib_path)) or {})})
+    return rows
+
+
+def attention_rows(target: CudaTarget) -> list[dict[str, Any]]:
+    """The attention template on BERT-base's heads (12 of 64, 128 and 512 tokens, float16):
+    the SASS main loop (one block of keys), ptxas's registers and the emulator's counters."""
+    from taskloom.schedule.attention import match_attention
+    from taskloom.schedule.cuda.attention import attention_kernel
+    rows = []
+    for seq in (128, 512):
+        q = input((1, 12, seq, 64), "float16", name="q")
+        [group] = fuse_graph(Graph([q], [ops.attention(q, q, q)]))
+        module = taskloom.build(attention_kernel(match_attention(group.task), "k"), target=target, device="emulator")
+        x = rng.standard_normal((1, 12, seq, 64)).astype(np.float16)
+        c = module["k"](x, x, x, np.zeros_like(x)).counters
+        used = module.built.resources["k"]
+        rows.append({"template": "attention_cuda", "config": f"12 heads x {seq} tokens, head 64",
+                     "registers": used.registers, "spills": used.spill_stores + used.spill_loads,
+                     "bank_conflicts": c.bank_conflicts, **(main_loop(str(module.built.lib_path)) or {})})
     return rows
 
 
@@ -109,11 +146,11 @@ def main() -> None:
     print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
     for r in rows:
         print("| " + " | ".join(f"{r[h]:,}" if isinstance(r[h], int) else str(r[h]) for h in head) + " |")
-    loops = template_loops(target)
-    print("\n| matmul config | main-loop instructions | FFMA | LDS | LDG | STS | BAR |\n|---|---|---|---|---|---|---|")
+    loops = template_loops(target) + attention_rows(target)
+    cols = ("registers", "spills", "bank_conflicts", "instructions", *LOOP_OPS)
+    print("\n| template | config | " + " | ".join(cols) + " |\n|" + "---|" * (len(cols) + 2))
     for r in loops:
-        cells = [str(r.get(k, "-")) for k in ("instructions", "FFMA", "LDS", "LDG", "STS", "BAR")]
-        print(f"| {r['config']} | " + " | ".join(cells) + " |")
+        print(f"| {r['template']} | {r['config']} | " + " | ".join(str(r.get(k, "-")) for k in cols) + " |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"arch": args.arch, "rows": rows, "matmul_main_loops": loops}, f, indent=2)

@@ -29,8 +29,8 @@ def main() -> None:
     parser.add_argument("--seq", type=int, default=32)
     parser.add_argument("--dtype", default="float32", choices=["float32", "float16"])
     args = parser.parse_args()
-    print("| model | kernels | of them tensor-core | compile + one emulated call (s) | max relative difference "
-          "to eager float32 |\n|---|---|---|---|---|")
+    print("| model | kernels | tensor-core matmuls | fused attentions | compile + one emulated call (s) | max relative "
+          "difference to eager float32 |\n|---|---|---|---|---|---|")
     for name in args.models:
         model, inputs = build(name, batch=1, seq=args.seq)
         torch._dynamo.reset()
@@ -48,8 +48,9 @@ def main() -> None:
         diff = float((got - want).abs().max() / want.abs().max())
         graphs = [g for fn in backend.compiled for g in fn.compiled_graphs]
         kernels = sum(len(g.meta["kernels"]) for g in graphs)
-        mma = sum(text.count("template='matmul_mma'") for g in graphs for text in g.meta["kernel_ir"])
-        print(f"| {name} | {kernels} | {mma} | {seconds:.0f} | {diff:.1e} |", flush=True)
+        texts = [text for g in graphs for text in g.meta["kernel_ir"]]
+        mma, fused = (sum(f"template='{t}'" in text for text in texts) for t in ("matmul_mma", "attention_cuda"))
+        print(f"| {name} | {kernels} | {mma} | {fused} | {seconds:.0f} | {diff:.1e} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -51,6 +51,7 @@ class Attention:
     score: E.Expr      # of vb, vi, vj, acc (float32)
     epilogue: E.Expr   # of vb, vi, ve, o
     output: GridCompute
+    causal: bool = False  # score is -inf wherever j > i (a template may skip those keys)
 
 
 def _node(task: Task, name: str) -> GridCompute | None:
@@ -115,8 +116,19 @@ def match_attention(task: Task) -> Attention | None:
         epilogue = substitute(_InlineExcept(out_anchor, r_value).visit(out.value), dict(zip(out.axes, index)))
     bounds = {vb: (0, batch - 1), vi: (0, L - 1), vj: (0, S - 1), vd: (0, D - 1), ve: (0, Ev - 1)}
     s = lambda e: simplify_expr(e, bounds)  # noqa: E731
-    return Attention(task, batch, L, S, D, Ev, vb, vi, vj, vd, ve, acc, o, s(x), s(y), s(v), s(score),
-                     s(epilogue), out)
+    score = s(score)
+    return Attention(task, batch, L, S, D, Ev, vb, vi, vj, vd, ve, acc, o, s(x), s(y), s(v), score,
+                     s(epilogue), out, _is_causal(score, vi, vj))
+
+
+def _is_causal(score: E.Expr, vi: E.Var, vj: E.Var) -> bool:
+    """Whether ``score`` is ``select(j <= i, ..., -inf)``, as the operator's causal test
+    builds it: the keys after the query never count."""
+    if not isinstance(score, E.Select):
+        return False
+    c, masked = score.cond, score.b
+    return isinstance(masked, E.Constant) and masked.value == -math.inf and isinstance(c, E.Binary) \
+        and c.op == "le" and c.a == vj and c.b == vi
 
 
 def _reads(e: E.Expr, node: GridCompute) -> bool:

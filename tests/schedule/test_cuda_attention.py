@@ -58,9 +58,11 @@ def test_matches_torch(B, L, S, H, D, mask, causal):
     got, want, report, _ = run(B, L, S, H, D, mask, causal)
     torch.testing.assert_close(got, want, rtol=2e-3, atol=2e-3)
     assert report.counters.bank_conflicts == 0
-    blocks = B * H * -(-L // BLOCK_Q)
-    per_warp = -(-S // BLOCK_K) * (BLOCK_K // 8 * D // 16 + D // 8 * BLOCK_K // 16)  # q kᵀ, then P V
-    assert report.instructions["mma"] == blocks * 4 * per_warp
+    steps = -(-S // BLOCK_K)
+    # a causal block stops at the key block of its last query
+    key_blocks = sum(min(steps, qb + 1) if causal else steps for qb in range(-(-L // BLOCK_Q)))
+    per_block = BLOCK_K // 8 * D // 16 + D // 8 * BLOCK_K // 16  # q kᵀ, then P V, per warp
+    assert report.instructions["mma"] == B * H * key_blocks * 4 * per_block
 
 
 def test_bfloat16():

@@ -91,7 +91,9 @@ class _Kernel:
 
     def body(self) -> S.Stmt:
         att = self.att
-        steps = -(-att.S // BLOCK_K)
+        steps: E.Expr = E.as_expr(-(-att.S // BLOCK_K))
+        if att.causal:  # the key blocks past the block's last query hold only masked scores
+            steps = E.minimum(steps, (self.q0 + (BLOCK_Q + BLOCK_K - 1)) // BLOCK_K)
         declares = [S.Declare(t.var, scope="shared") for t in (self.q_tile, self.k_tile, self.v_tile)]
         declares += [S.Declare(b, scope="register") for b in (self.q_frag, self.kv_frag, self.p_frag, self.s_acc,
                                                               self.o_acc, self.row_max, self.row_sum)]
@@ -104,8 +106,9 @@ class _Kernel:
             *([self._load_keys(E.as_expr(0), E.as_expr(0)), gpu.CpAsyncCommit()] if self.stages == 2 else
               [gpu.CpAsyncCommit()]),
             gpu.CpAsyncWait(0), S.Barrier(), self._query_fragments(),
-            S.Comment(f"the keys {BLOCK_K} at a time: scores, online softmax, the values' product"),
-            S.For(self.kb, E.as_expr(steps), self._step(steps)),
+            S.Comment(f"the keys {BLOCK_K} at a time: scores, online softmax, the values' product"
+                      + (" (up to the block's last query: the attention is causal)" if att.causal else "")),
+            S.For(self.kb, steps, self._step(steps)),
             self._store()])
 
     def _fill(self, buf: E.Var, value: float) -> S.Stmt:
@@ -164,7 +167,7 @@ class _Kernel:
 
     # -- one block of keys ---------------------------------------------------------------
 
-    def _step(self, steps: int) -> S.Stmt:
+    def _step(self, steps: E.Expr) -> S.Stmt:
         slot = self.kb % self.stages if self.stages == 2 else E.as_expr(0)
         if self.stages == 2:
             nxt = self.kb + 1

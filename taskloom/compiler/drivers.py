@@ -17,7 +17,7 @@ from taskloom.errors import ScheduleError
 from taskloom.ir import stmt as S
 from taskloom.ir.compute import Task
 from taskloom.schedule.cuda.matmul import choose_config as choose_simt
-from taskloom.schedule.cuda.matmul_mma import choose_config as choose_mma
+from taskloom.schedule.cuda.mma_model import choose as choose_mma
 from taskloom.schedule.registry import Candidate, Scheduled
 from taskloom.schedule.select import schedule_kernel as schedule_with
 from taskloom.target.base import Target
@@ -35,23 +35,22 @@ def _matmul_cpu_config(found: Candidate, target: Target, tune: int, deadline: fl
                        pack=t.pack, deadline=deadline, a_stride=t.a_stride)
 
 
-def _cuda_config(choose: Callable[[Any, int], Any]) -> Callable[[Candidate, Target, int, "float | None"], Any]:
-    """A CUDA template's driver: the tile that fills the GPU (``choose(contraction, SMs)``).
-    Nothing is measured on the GPU yet: a tuning level above 0 says so and takes the same
-    choice."""
+def _cuda_config(choose: Callable[[Any, Any], Any]) -> Callable[[Candidate, Target, int, "float | None"], Any]:
+    """A CUDA template's driver: ``choose(contraction, target)``, nothing measured. Nothing
+    is measured on the GPU yet: a tuning level above 0 says so and takes the same choice."""
     def driver(found: Candidate, target: Target, tune: int, deadline: float | None) -> Any:
         if tune > 0:
             warnings.warn(f"tune={tune}: the CUDA matmul templates are not tuned by measurement yet; the "
-                          f"config of {found.template} is chosen from the GPU's SM count, as at tune=0",
+                          f"config of {found.template} is the analytic choice, as at tune=0",
                           RuntimeWarning, stacklevel=3)
-        return choose(found.tunable, target.num_sms)  # type: ignore[attr-defined]
+        return choose(found.tunable, target)  # type: ignore[attr-defined]
     return driver
 
 
 #: Per template: (candidate, target, tune level, deadline) -> config.
 CONFIG_DRIVERS: dict[str, Callable[[Candidate, Target, int, "float | None"], Any]] = {
     "matmul_cpu": _matmul_cpu_config,
-    "matmul_cuda": _cuda_config(choose_simt),
+    "matmul_cuda": _cuda_config(lambda con, target: choose_simt(con, target.num_sms)),
     "matmul_mma": _cuda_config(choose_mma),
     "attention_cuda": lambda found, target, tune, deadline: None,  # one schedule: nothing to choose
 }

@@ -16,7 +16,8 @@ from taskloom.graph import Graph, input
 from taskloom.graph.fusion import fuse_graph
 from taskloom.ir.dtypes import bfloat16, float16, float32
 from taskloom.schedule.contraction import match_contraction
-from taskloom.schedule.cuda.matmul_mma import CONFIGS, MmaConfig, choose_config, mma_candidate, mma_kernel
+from taskloom.schedule.cuda.matmul_mma import CONFIGS, MmaConfig, mma_candidate, mma_kernel
+from taskloom.schedule.cuda.mma_model import choose, cycles, space
 from taskloom.target import CudaTarget
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
@@ -34,7 +35,7 @@ def run(graph: Graph, feeds: dict[str, np.ndarray], config: MmaConfig | None = N
     con = match_contraction(group.task, (float32, float16, bfloat16))
     assert con is not None
     target = CudaTarget.from_arch(arch)
-    fn = mma_kernel(con, config or choose_config(con, target.num_sms), "mm")
+    fn = mma_kernel(con, config or choose(con, target), "mm")
     module = taskloom.build(fn, target=target, device="emulator")
     args = [feeds[t.name] if t.name in feeds else t.numpy() for t in group.inputs]
     spec = graph.outputs[0]
@@ -150,3 +151,39 @@ def test_a_float16_graph_compiles_onto_tensor_cores():
     hidden = np.maximum(f32(x) @ f32(w1), 0).astype(np.float16)
     np.testing.assert_allclose(f32(out), f32(hidden) @ f32(w2), rtol=5e-3, atol=5e-2)
     assert sum(r.instructions["mma"] for r in compiled.last_reports) > 0
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(space()), st.sampled_from([(1, 40, 24, 72), (2, 33, 48, 40), (1, 130, 13, 70)]))
+def test_configs_of_the_space_compute_the_product(config, shape):
+    batch, M, K, N = shape
+    p, q = half(batch, M, K), half(batch, K, N)
+    pi, qi = input(p.shape, "float16", name="p"), input(q.shape, "float16", name="q")
+    out, report, _, _ = run(Graph([pi, qi], [ops.matmul(pi, qi)]), {"p": p, "q": q}, config)
+    np.testing.assert_allclose(f32(out), f32(p) @ f32(q), rtol=2e-3, atol=5e-2)
+    assert report.counters.bank_conflicts == 0 and report.instructions["mma"] == mma_count(batch, M, N, K, config)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_every_config_of_the_space_builds_without_spills(arch):
+    a = half(128, 128)
+    ai = input(a.shape, "float16", name="a")
+    [group] = fuse_graph(Graph([ai], [ops.matmul(ai, taskloom.asarray(half(128, 128)))]))
+    con = match_contraction(group.task, (float32, float16, bfloat16))
+    fns = [mma_kernel(con, c, f"mm{k}") for k, c in enumerate(space())]
+    used = taskloom.build(fns, target=CudaTarget.from_arch(arch), device="emulator").built.resources
+    assert not [(c, used[f"mm{k}"]) for k, c in enumerate(space()) if used[f"mm{k}"].spills]
+
+
+def test_the_model_fills_the_gpu_and_keeps_large_tiles_for_large_products():
+    import types
+    for arch in ("sm_80", "sm_90a"):
+        target = CudaTarget.from_arch(arch)
+        big = choose(types.SimpleNamespace(batch=1, M=4096, N=4096, K=4096), target)
+        assert (big.block_m, big.block_n) == (128, 128)
+        bert = types.SimpleNamespace(batch=1, M=128, N=768, K=768)  # 48 tiles of 64x64 for 108-132 SMs
+        small = choose(bert, target)
+        tiles = -(-128 // small.block_m) * -(-768 // small.block_n)
+        assert tiles >= target.num_sms // 2 and cycles(bert, small, target) < cycles(bert, MmaConfig(), target)
+    assert 50 <= len(space()) <= 200

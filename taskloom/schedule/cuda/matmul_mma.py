@@ -48,7 +48,7 @@ from taskloom.ir.functor import collect, substitute
 from taskloom.ir.index import row_major_offset, unravel
 from taskloom.ir.mapping import repeat, spatial
 from taskloom.schedule.contraction import Contraction, match_contraction
-from taskloom.schedule.cuda.matmul import _k_contiguous, fill_the_gpu
+from taskloom.schedule.cuda.matmul import _k_contiguous
 from taskloom.schedule.cuda.rules import _Inline, _parameters
 from taskloom.schedule.registry import Candidate, Scheduled
 from taskloom.target.cuda import CudaTarget
@@ -96,13 +96,9 @@ class MmaConfig:
                 f"warps {self.warps[0]}x{self.warps[1]} of {wm}x{wn}")
 
 
-#: The configs on offer: a large tile, and a small one for matmuls of few tiles.
+#: Two configs of the space (:mod:`taskloom.schedule.cuda.mma_model` holds all of it and
+#: chooses): the large tile, and a small one; the benchmarks report both.
 CONFIGS = (MmaConfig(), MmaConfig(64, 64, 32, (2, 2), 3))
-
-
-def choose_config(con: Contraction, num_sms: int) -> MmaConfig:
-    """The large tile unless it leaves SMs without a block."""
-    return fill_the_gpu(con, num_sms, *CONFIGS)
 
 
 def _valid(c: MmaConfig) -> None:
@@ -410,7 +406,7 @@ def mma_kernel(con: Contraction, config: MmaConfig, name: str) -> S.Function:
 def mma_candidate(task: Task, target: CudaTarget, constants: Mapping[int, np.ndarray] | None = None,
                   weights_stream: bool = False) -> Candidate | None:
     """The template's offer for a contraction of 16-bit factors; its config comes from
-    :func:`choose_config`."""
+    :func:`taskloom.schedule.cuda.mma_model.choose`."""
     con = match_contraction(task, (float32, float16, bfloat16))
     if con is None or half_type(con) is None:
         return None

@@ -152,15 +152,17 @@ def _signatures(fns: Sequence[S.Function]) -> list[dict[str, Any]]:
 
 def build_cuda_library(functions: S.Function | S.Module | Sequence[S.Function], target: CudaTarget, *,
                        name: str | None = None, cache: BuildCache | None = None, extra_source: str = "",
-                       timings: dict[str, float] | None = None) -> BuiltCudaLibrary:
+                       timings: dict[str, float] | None = None,
+                       lowered: Sequence[S.Function] | None = None) -> BuiltCudaLibrary:
     """Lowers ``cuda_kernel`` functions, renders them as CUDA C++ and builds them with nvcc
     for ``target`` (cached by content, like CPU builds). ``extra_source`` is CUDA C++
-    appended (a graph's launcher); ``timings`` receives ``"codegen"`` and ``"cc"`` seconds."""
+    appended (a graph's launcher); ``timings`` receives ``"codegen"`` and ``"cc"`` seconds;
+    ``lowered``: the functions already lowered, in order (a caller that needed them first)."""
     fns = list(functions.functions if isinstance(functions, S.Module)
                else [functions] if isinstance(functions, S.Function) else functions)
     started = time.perf_counter()
     sigs = _signatures(fns)
-    lowered = tuple(transforms.lower(f) for f in fns)
+    lowered = tuple(lowered) if lowered is not None else tuple(transforms.lower(f) for f in fns)
     source = codegen_cuda(S.Module(lowered), target) + extra_source
     generated = time.perf_counter()
     lib, resources = compile_cuda_library(source, target, name=name or fns[0].name, cache=cache,

@@ -207,12 +207,14 @@ def _finish_cuda(functions: list, calls: list[Call], tgt: Any, meta: dict[str, A
     from taskloom.ir.printer import astext
     from taskloom.runtime.cuda_graph import CudaCompiledGraph
     from taskloom.transforms import lower
-    # what the emulator runs, kept in the meta (and a saved file): each kernel lowered, as text
+    # what the emulator runs, kept in the meta (and a saved file): each kernel lowered, as text;
+    # the build takes the same lowered kernels
+    lowered = [lower(f) for f in functions]
     meta.update(calls=[{"kernel": f.name, "args": [[r.kind, r.index] for r in c.args]}
                        for f, c in zip(functions, calls)],
-                kernel_ir=[astext(lower(f)) for f in functions])
+                kernel_ir=[astext(f) for f in lowered])
     record = record_source(graph_record(meta, [(c.dtype.name, c.shape) for c in arrays]))
     built = build_cuda_library(functions, tgt, name="graph", extra_source=cuda_launcher_source(calls) + record,
-                               timings=timings)
+                               timings=timings, lowered=lowered)
     meta.update(source=str(built.source_path), timings=timings)
     return CudaCompiledGraph(built, meta, arrays, device)

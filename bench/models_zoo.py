@@ -3,7 +3,7 @@ each compiled by ``taskloom.torch.compile`` and checked and timed against eager 
 one run: a regression table of what compiles, what falls back to PyTorch, and the speed.
 
     .venv/bin/python bench/models_zoo.py [--models bert,gpt2,vit] [--rounds 5] [--seq 64]
-        [--repeats 10] [--threads T] [--json FILE]
+        [--repeats 10] [--threads T] [--compare-ort] [--json FILE]
 
 Every model is made with ``AutoConfig.for_model(TYPE, **small)`` and ``AutoModel.from_config``
 (or the encoder of an encoder-decoder), no downloads: hidden size 128, two layers, four
@@ -20,12 +20,16 @@ dynamo passed to taskloom); the nodes that ran in PyTorch
 the max relative difference, ``max|taskloom - eager| / max|eager|``; the median times of
 eager PyTorch and taskloom, timed taking turns in ``--rounds`` rounds of ``--repeats`` calls
 (:func:`taskloom.bench.timing.time_rounds`) on ``--threads`` cores (default: all); and the
-speedup, eager ms / taskloom ms. A model that fails to build, compile or run is reported
+speedup, eager ms / taskloom ms. With ``--compare-ort`` each model is also exported by
+``torch.onnx.export`` and run by ONNX Runtime (all graph optimizations, ``--threads``
+threads), checked against eager and timed in the same rounds; a second table gives ORT ms
+/ taskloom ms. A model that fails to build, compile or run is reported
 with its reason and the others go on. ``--json FILE`` writes::
 
     {"command", "args", "rows": [{"model", "type", "params", "compile_s", "graphs", "fallbacks":
       {op: count}, "fallback_nodes", "max_rel_diff", "eager_ms", "taskloom_ms", "eager_round_ms",
-      "taskloom_round_ms", "speedup", "error"}, ...], "geomean_speedup", "machine", "versions"}
+      "taskloom_round_ms", "speedup", "error", "ort_ms", "ort_rel_diff", "vs_ort", "ort_error"}, ...],
+     "geomean_speedup", "machine", "versions"}
 """
 from __future__ import annotations
 
@@ -152,9 +156,28 @@ def max_rel_diff(got: Any, want: Any) -> float:
     return diff / scale if scale else diff
 
 
+def _ort_call(model: Any, inputs: tuple, threads: int, row: dict[str, Any], want: Any) -> Callable[[], Any] | None:
+    """ONNX Runtime's call of the model (exported by torch.onnx, as ``bench model`` does), checked
+    against eager; None, with ``ort_error`` set, where export, session or check failed."""
+    import tempfile
+    from pathlib import Path
+
+    import torch
+    from taskloom.bench.peers import prepare
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            prepared = prepare("ort", model, inputs, threads=threads, workdir=Path(tmp))
+        row["ort_rel_diff"] = max_rel_diff(torch.from_numpy(prepared.run()), want)
+        return prepared.run
+    except Exception as exc:  # ORT's row stays empty; taskloom's still counts
+        row["ort_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
+        return None
+
+
 def run_model(name: str, seq: int, rounds: int, repeats: int,
-              time_rounds: Callable[..., dict[str, Any]] | None = None) -> dict[str, Any]:
-    """One row: the model built, compiled, compared and timed; ``error`` set where a step failed."""
+              time_rounds: Callable[..., dict[str, Any]] | None = None, ort_threads: int = 0) -> dict[str, Any]:
+    """One row: the model built, compiled, compared and timed (with ONNX Runtime too where
+    ``ort_threads`` > 0); ``error`` set where a step failed."""
     import torch
     import taskloom
     import taskloom.torch
@@ -164,7 +187,8 @@ def run_model(name: str, seq: int, rounds: int, repeats: int,
                            "graphs": None, "fallbacks": {}, "fallback_nodes": None, "max_rel_diff": None,
                            "eager_ms": None,
                            "taskloom_ms": None, "eager_round_ms": None, "taskloom_round_ms": None,
-                           "speedup": None, "error": None}
+                           "speedup": None, "error": None, "ort_ms": None, "ort_rel_diff": None,
+                           "vs_ort": None, "ort_error": None}
     step = "build"
     try:
         model, inputs = build(name, seq)
@@ -200,7 +224,16 @@ def run_model(name: str, seq: int, rounds: int, repeats: int,
             with torch.inference_mode():
                 return compiled(*inputs)
 
-        times = time_rounds({"eager": eager, "taskloom": tl}, repeats=repeats, rounds=rounds, warmup=2)
+        calls = {"eager": eager, "taskloom": tl}
+        ort = _ort_call(model, inputs, ort_threads, row, want) if ort_threads else None
+        if ort is not None:
+            calls["ort"] = ort
+        times = time_rounds(calls, repeats=repeats, rounds=rounds, warmup=2)
+        if ort is not None:
+            if isinstance(times["ort"], Exception):
+                row["ort_error"] = f"{type(times['ort']).__name__}: {times['ort']}"[:200]
+            else:
+                row["ort_ms"] = statistics.median([t for r in times["ort"] for t in r])
         for system in ("eager", "taskloom"):
             result = times[system]
             if isinstance(result, Exception):
@@ -208,6 +241,8 @@ def run_model(name: str, seq: int, rounds: int, repeats: int,
             row[f"{system}_round_ms"] = [statistics.median(r) for r in result]
             row[f"{system}_ms"] = statistics.median([t for r in result for t in r])
         row["speedup"] = row["eager_ms"] / row["taskloom_ms"]
+        if row["ort_ms"] is not None:
+            row["vs_ort"] = row["ort_ms"] / row["taskloom_ms"]
     except Exception as exc:  # reported in the row; the other models go on
         row["error"] = f"{step}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
     return row
@@ -248,6 +283,18 @@ def table(rows: list[dict[str, Any]]) -> str:
     if mean is not None:
         lines.append(f"\nGeometric mean speedup (eager ms / taskloom ms): {mean:.2f}x "
                      f"over {sum(r['speedup'] is not None for r in rows)} models")
+    compared = [r for r in rows if r.get("vs_ort") is not None]
+    if compared:
+        lines.append("\n| model | ONNX Runtime ms | ORT rel diff | taskloom vs ORT (ORT ms / taskloom ms) |\n"
+                     "|---|---|---|---|")
+        lines += [f"| {r['model']} | {r['ort_ms']:.2f} | {_num(r['ort_rel_diff'], '.1e')} | {r['vs_ort']:.2f}x |"
+                  for r in compared]
+        lines.append(f"\nGeometric mean against ONNX Runtime: {geomean([r['vs_ort'] for r in compared]):.2f}x "
+                     f"over {len(compared)} models")
+    ort_failed = [r for r in rows if r.get("ort_error")]
+    if ort_failed:
+        lines.append("\nONNX Runtime could not run:\n" + "\n".join(f"- {r['model']}: {r['ort_error']}"
+                                                                   for r in ort_failed))
     errors = [r for r in rows if r["error"]]
     if errors:
         lines.append("\nFailed:\n" + "\n".join(f"- {r['model']}: {r['error']}" for r in errors))
@@ -278,6 +325,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=10, help="timed calls per system per round")
     parser.add_argument("--seq", type=int, default=64, help="sequence length of the text models")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--compare-ort", action="store_true",
+                        help="also export each model with torch.onnx and time ONNX Runtime in the same rounds")
     parser.add_argument("--json", default=None, metavar="FILE")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.models.split(",") if n.strip()]
@@ -291,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name in names:
         started = time.perf_counter()
-        row = run_model(name, args.seq, args.rounds, args.repeats)
+        row = run_model(name, args.seq, args.rounds, args.repeats, ort_threads=args.threads if args.compare_ort else 0)
         rows.append(row)
         status = row["error"] or (f"speedup {row['speedup']:.2f}x, fell back {fallback_text(row)}, "
                                   f"rel diff {row['max_rel_diff']:.1e}")

@@ -22,13 +22,15 @@ eager PyTorch and taskloom, timed taking turns in ``--rounds`` rounds of ``--rep
 (:func:`taskloom.bench.timing.time_rounds`) on ``--threads`` cores (default: all); and the
 speedup, eager ms / taskloom ms. With ``--compare-ort`` each model is also exported by
 ``torch.onnx.export`` and run by ONNX Runtime (all graph optimizations, ``--threads``
-threads), checked against eager and timed in the same rounds; a second table gives ORT ms
-/ taskloom ms. A model that fails to build, compile or run is reported
+threads) and by taskloom's ONNX path (``taskloom.onnx.from_onnx`` on the same file), each
+checked against eager and timed in the same rounds; a second table gives ORT ms over
+taskloom ms for both of taskloom's paths. A model that fails to build, compile or run is reported
 with its reason and the others go on. ``--json FILE`` writes::
 
     {"command", "args", "rows": [{"model", "type", "params", "compile_s", "graphs", "fallbacks":
       {op: count}, "fallback_nodes", "max_rel_diff", "eager_ms", "taskloom_ms", "eager_round_ms",
-      "taskloom_round_ms", "speedup", "error", "ort_ms", "ort_rel_diff", "vs_ort", "ort_error"}, ...],
+      "taskloom_round_ms", "speedup", "error", "ort_ms", "ort_rel_diff", "vs_ort", "ort_error", "onnx_ms", "onnx_rel_diff",
+      "onnx_vs_ort", "onnx_error"}, ...],
      "geomean_speedup", "machine", "versions"}
 """
 from __future__ import annotations
@@ -156,22 +158,37 @@ def max_rel_diff(got: Any, want: Any) -> float:
     return diff / scale if scale else diff
 
 
-def _ort_call(model: Any, inputs: tuple, threads: int, row: dict[str, Any], want: Any) -> Callable[[], Any] | None:
-    """ONNX Runtime's call of the model (exported by torch.onnx, as ``bench model`` does), checked
-    against eager; None, with ``ort_error`` set, where export, session or check failed."""
+def _onnx_calls(model: Any, inputs: tuple, threads: int, row: dict[str, Any], want: Any) -> dict[str, Callable]:
+    """The model exported by torch.onnx (as ``bench model`` does) and run by ONNX Runtime
+    (``ort``) and by taskloom's ONNX path (``taskloom_onnx``), each checked against eager;
+    a system that fails is left out, its reason in ``ort_error`` or ``onnx_error``."""
     import tempfile
     from pathlib import Path
 
     import torch
-    from taskloom.bench.peers import prepare
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
+    import taskloom.onnx
+    from taskloom.bench.peers import first_output, prepare
+    calls: dict[str, Callable] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
             prepared = prepare("ort", model, inputs, threads=threads, workdir=Path(tmp))
-        row["ort_rel_diff"] = max_rel_diff(torch.from_numpy(prepared.run()), want)
-        return prepared.run
-    except Exception as exc:  # ORT's row stays empty; taskloom's still counts
-        row["ort_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
-        return None
+            row["ort_rel_diff"] = max_rel_diff(torch.from_numpy(prepared.run()), want)
+            calls["ort"] = prepared.run
+        except Exception as exc:  # ORT's cells stay empty; the others still count
+            row["ort_error"] = _reason(exc)
+            return calls
+        try:
+            compiled = taskloom.onnx.from_onnx(str(Path(tmp) / "model.onnx"))
+            feeds = [x.numpy() for x in inputs]
+            row["onnx_rel_diff"] = max_rel_diff(torch.from_numpy(first_output(compiled(*feeds))), want)
+            calls["taskloom_onnx"] = lambda: compiled(*feeds)
+        except Exception as exc:
+            row["onnx_error"] = _reason(exc)
+    return calls
+
+
+def _reason(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
 
 
 def run_model(name: str, seq: int, rounds: int, repeats: int,
@@ -188,7 +205,8 @@ def run_model(name: str, seq: int, rounds: int, repeats: int,
                            "eager_ms": None,
                            "taskloom_ms": None, "eager_round_ms": None, "taskloom_round_ms": None,
                            "speedup": None, "error": None, "ort_ms": None, "ort_rel_diff": None,
-                           "vs_ort": None, "ort_error": None}
+                           "vs_ort": None, "ort_error": None, "onnx_ms": None, "onnx_rel_diff": None,
+                           "onnx_vs_ort": None, "onnx_error": None}
     step = "build"
     try:
         model, inputs = build(name, seq)
@@ -225,15 +243,16 @@ def run_model(name: str, seq: int, rounds: int, repeats: int,
                 return compiled(*inputs)
 
         calls = {"eager": eager, "taskloom": tl}
-        ort = _ort_call(model, inputs, ort_threads, row, want) if ort_threads else None
-        if ort is not None:
-            calls["ort"] = ort
+        if ort_threads:
+            calls.update(_onnx_calls(model, inputs, ort_threads, row, want))
         times = time_rounds(calls, repeats=repeats, rounds=rounds, warmup=2)
-        if ort is not None:
-            if isinstance(times["ort"], Exception):
-                row["ort_error"] = f"{type(times['ort']).__name__}: {times['ort']}"[:200]
+        for system, key, error in (("ort", "ort_ms", "ort_error"), ("taskloom_onnx", "onnx_ms", "onnx_error")):
+            if system not in times:
+                continue
+            if isinstance(times[system], Exception):
+                row[error] = _reason(times[system])
             else:
-                row["ort_ms"] = statistics.median([t for r in times["ort"] for t in r])
+                row[key] = statistics.median([t for r in times[system] for t in r])
         for system in ("eager", "taskloom"):
             result = times[system]
             if isinstance(result, Exception):
@@ -243,6 +262,8 @@ def run_model(name: str, seq: int, rounds: int, repeats: int,
         row["speedup"] = row["eager_ms"] / row["taskloom_ms"]
         if row["ort_ms"] is not None:
             row["vs_ort"] = row["ort_ms"] / row["taskloom_ms"]
+            if row["onnx_ms"] is not None:
+                row["onnx_vs_ort"] = row["ort_ms"] / row["onnx_ms"]
     except Exception as exc:  # reported in the row; the other models go on
         row["error"] = f"{step}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
     return row
@@ -285,16 +306,21 @@ def table(rows: list[dict[str, Any]]) -> str:
                      f"over {sum(r['speedup'] is not None for r in rows)} models")
     compared = [r for r in rows if r.get("vs_ort") is not None]
     if compared:
-        lines.append("\n| model | ONNX Runtime ms | ORT rel diff | taskloom vs ORT (ORT ms / taskloom ms) |\n"
-                     "|---|---|---|---|")
-        lines += [f"| {r['model']} | {r['ort_ms']:.2f} | {_num(r['ort_rel_diff'], '.1e')} | {r['vs_ort']:.2f}x |"
-                  for r in compared]
+        lines.append("\n| model | ONNX Runtime ms | ORT rel diff | taskloom vs ORT (ORT ms / taskloom ms) | "
+                     "taskloom ONNX path ms | its rel diff | ONNX path vs ORT |\n|---|---|---|---|---|---|---|")
+        lines += [f"| {r['model']} | {r['ort_ms']:.2f} | {_num(r['ort_rel_diff'], '.1e')} | {r['vs_ort']:.2f}x | "
+                  f"{_num(r.get('onnx_ms'), '.2f')} | {_num(r.get('onnx_rel_diff'), '.1e')} | "
+                  f"{_num(r.get('onnx_vs_ort'), '.2f')}{'x' if r.get('onnx_vs_ort') else ''} |" for r in compared]
         lines.append(f"\nGeometric mean against ONNX Runtime: {geomean([r['vs_ort'] for r in compared]):.2f}x "
                      f"over {len(compared)} models")
-    ort_failed = [r for r in rows if r.get("ort_error")]
-    if ort_failed:
-        lines.append("\nONNX Runtime could not run:\n" + "\n".join(f"- {r['model']}: {r['ort_error']}"
-                                                                   for r in ort_failed))
+        onnx = [r["onnx_vs_ort"] for r in compared if r.get("onnx_vs_ort")]
+        if onnx:
+            lines.append(f"Geometric mean of the ONNX path against ONNX Runtime: {geomean(onnx):.2f}x "
+                         f"over {len(onnx)} models")
+    for key, who in (("ort_error", "ONNX Runtime"), ("onnx_error", "taskloom's ONNX path")):
+        failed = [r for r in rows if r.get(key)]
+        if failed:
+            lines.append(f"\n{who} could not run:\n" + "\n".join(f"- {r['model']}: {r[key]}" for r in failed))
     errors = [r for r in rows if r["error"]]
     if errors:
         lines.append("\nFailed:\n" + "\n".join(f"- {r['model']}: {r['error']}" for r in errors))

@@ -82,11 +82,13 @@ def test_every_family_is_a_known_model_type(zoo):
 
 
 def test_the_onnx_runtime_table(zoo):
-    rows = [_row("bert", ort_ms=3.0, ort_rel_diff=1e-7, vs_ort=1.5),
-            _row("vit", ort_ms=1.0, ort_rel_diff=2e-6, vs_ort=0.5),
+    rows = [_row("bert", ort_ms=3.0, ort_rel_diff=1e-7, vs_ort=1.5, onnx_ms=1.5, onnx_rel_diff=3e-7, onnx_vs_ort=2.0),
+            _row("vit", ort_ms=1.0, ort_rel_diff=2e-6, vs_ort=0.5, onnx_error="OnnxError: op"),
             _row("swin", ort_ms=None, vs_ort=None, ort_error="ExportError: no")]
     text = zoo.table(rows)
-    assert "| bert | 3.00 | 1.0e-07 | 1.50x |" in text and "| vit | 1.00 | 2.0e-06 | 0.50x |" in text
+    assert "| bert | 3.00 | 1.0e-07 | 1.50x | 1.50 | 3.0e-07 | 2.00x |" in text
+    assert "| vit | 1.00 | 2.0e-06 | 0.50x | - | - | - |" in text
     assert "Geometric mean against ONNX Runtime: 0.87x over 2 models" in text
-    assert "- swin: ExportError: no" in text
+    assert "Geometric mean of the ONNX path against ONNX Runtime: 2.00x over 1 models" in text
+    assert "- swin: ExportError: no" in text and "- vit: OnnxError: op" in text
     assert "ONNX Runtime" not in zoo.table([_row("bert")])  # no comparison asked, no table

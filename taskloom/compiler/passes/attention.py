@@ -15,7 +15,7 @@ as it was.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from taskloom import ops
 from taskloom.compiler.passes.dead_nodes import eliminate_dead_nodes
@@ -100,29 +100,21 @@ def _on_path(t: Tensor) -> bool:
     return node is not None and (node.op in (*_MATMULS, "mul", "div") or _leading_reshape(node))
 
 
-@dataclass
-class _Values:
-    """The second matmul and the reshapes between the softmax and it."""
-
-    product: Node
-    links: list[Node] = field(default_factory=list)
-
-
-def _values(softmax: Node, node: Node, ctx: Rewrite) -> _Values | None:
-    """Walk up from ``node`` (a matmul) through leading-axis reshapes to ``softmax``."""
+def _softmax_above(node: Node, ctx: Rewrite) -> Node | None:
+    """The softmax whose probabilities ``node`` (a matmul) reads as its ``a`` operand through
+    leading-axis reshapes, each link read only by the next; None where there is none."""
     a, _, transpose_a, _ = _operands(node)
     if transpose_a:
         return None
-    found, reader, x = _Values(node), node, a
+    reader, x = node, a
     while True:
         producer = _producer(x)
         if producer is None or not ctx.only_read_by(x, reader):
             return None
-        if producer is softmax:
-            return found
+        if producer.op == "softmax":
+            return producer
         if not _leading_reshape(producer):
             return None
-        found.links.append(producer)
         reader, x = producer, producer.inputs[0]
 
 
@@ -130,28 +122,17 @@ def _rule(target: Target):
     def rule(node: Node, inputs: list[Tensor], ctx: Rewrite) -> list[Tensor] | None:
         if node.op not in _MATMULS:
             return None
-        a = node.inputs[0]
-        softmax = next((p for p in _walk_reshapes(a) if p.op == "softmax"), None)
+        softmax = _softmax_above(node, ctx)
         if softmax is None or softmax.task.attr("axis") not in (-1, softmax.outputs[0].ndim - 1):
             return None
-        values, scores = _values(softmax, node, ctx), _scores(softmax, ctx)
-        if values is None or scores is None:
+        scores = _scores(softmax, ctx)
+        if scores is None:
             return None
         out = _attention(scores, node, ctx)
         if out is None or find_candidate(_producer(out).task, target) is None:  # type: ignore[union-attr]
             return None
         return [ops.reshape(out, tuple(node.outputs[0].shape))]
     return rule
-
-
-def _walk_reshapes(t: Tensor):
-    """The producers up from ``t`` through leading-axis reshapes, nearest first."""
-    node = _producer(t)
-    while node is not None:
-        yield node
-        if not _leading_reshape(node):
-            return
-        node = _producer(node.inputs[0])
 
 
 def _attention(scores: _Scores, second: Node, ctx: Rewrite) -> Tensor | None:

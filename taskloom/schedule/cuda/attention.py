@@ -37,7 +37,6 @@ from taskloom.ir.compute import Task
 from taskloom.ir.dtypes import DataType, TensorType, float32, index_type
 from taskloom.ir.functor import substitute
 from taskloom.ir.index import unravel
-from taskloom.ir.mapping import repeat, spatial
 from taskloom.schedule.attention import Attention, half_type, match_attention
 from taskloom.schedule.cuda.matmul_mma import CHUNK, _Tile, copies_rows
 from taskloom.schedule.cuda.rules import _Inline, _parameters
@@ -127,20 +126,17 @@ class _Kernel:
         att = self.att
         copy = copies_rows(factor, att.vb, att.batch, row_var, col_var, tile.cols)
         r, c = self._vars("r", "c")
-        per_row = tile.cols // CHUNK if copy else tile.cols
-        lanes = min(per_row, THREADS)
-        mapping = repeat(tile.rows * lanes // THREADS, per_row // lanes) * spatial(THREADS // lanes, lanes)
-        first = c * CHUNK if copy else c
         inside = row0 + r < rows
-        at = lambda row: {att.vb: self.bz, row_var: row, col_var: first}  # noqa: E731
-        if copy:
-            value = self.read(factor, at(E.select(inside, row0 + r, 0)))
-            src = value.value if isinstance(value, E.Cast) else value
-            body: S.Stmt = gpu.CpAsync(tile.at(slot, r, first), src, 16, E.select(inside, 16, 0))
-        else:
+
+        def body(first: E.Expr) -> S.Stmt:
+            at = lambda row: {att.vb: self.bz, row_var: row, col_var: first}  # noqa: E731
+            if copy:
+                value = self.read(factor, at(E.select(inside, row0 + r, 0)))
+                src = value.value if isinstance(value, E.Cast) else value
+                return gpu.CpAsync(tile.at(slot, r, first), src, 16, E.select(inside, 16, 0))
             value = E.select(inside, self.read(factor, at(row0 + r)), E.Constant(0.0, float32))
-            body = S.BufferStore(tile.var, tile.at(slot, r, first).indices, E.cast(value, self.dtype))
-        return S.ForMapping((r, c), mapping, self.tid, body)
+            return S.BufferStore(tile.var, tile.at(slot, r, first).indices, E.cast(value, self.dtype))
+        return tile.fill(r, c, self.tid, THREADS, copy, body)
 
     def _load_keys(self, slot: E.Expr, block: E.Expr) -> S.Stmt:
         att, j0 = self.att, block * BLOCK_K
@@ -149,19 +145,10 @@ class _Kernel:
 
     # -- fragments -----------------------------------------------------------------------
 
-    def _address(self, tile: _Tile, slot: E.Expr, x0: E.Expr, kk: E.Expr, a_operand: bool, k_rows: bool):
-        """The row a lane gives ``ldmatrix.x4``: A's quarters (rows 0-7, 8-15, then k 8-15),
-        or two n8 tiles' k halves for B; ``k_rows`` when the tile's rows run along k."""
-        q, rr = self.lane // 8, self.lane % 8
-        x_off, k_off = ((q % 2) * 8, (q // 2) * 8) if a_operand else ((q // 2) * 8, (q % 2) * 8)
-        if k_rows:
-            return tile.at(slot, kk + k_off + rr, x0 + x_off, rr)
-        return tile.at(slot, x0 + x_off + rr, kk + k_off, rr)
-
     def _query_fragments(self) -> S.Stmt:
         (kk,) = self._vars("kk")
         load = gpu.Ldmatrix(E.TensorElement(self.q_frag, (kk, E.as_expr(0))),
-                            self._address(self.q_tile, E.as_expr(0), self.warp * 16, kk * 16, True, False), 4)
+                            self.q_tile.fragment_row(E.as_expr(0), self.lane, self.warp * 16, kk * 16, True, False), 4)
         return S.seq([S.Comment("each warp's 16 queries as A fragments, kept in registers"),
                       S.For(kk, E.as_expr(self.att.D // 16), load, "unroll")])
 
@@ -187,7 +174,7 @@ class _Kernel:
         zero = E.as_expr(0)
         clear = self._fill(self.s_acc, 0.0)
         pair = S.seq([gpu.Ldmatrix(E.TensorElement(self.kv_frag, (zero, zero)),
-                                   self._address(self.k_tile, slot, n * 16, kk * 16, False, False), 4),
+                                   self.k_tile.fragment_row(slot, self.lane, n * 16, kk * 16, False, False), 4),
                       *[gpu.MmaSync(E.TensorElement(self.s_acc, (n * 2 + h, zero)),
                                     E.TensorElement(self.q_frag, (kk, zero)),
                                     E.TensorElement(self.kv_frag, (E.as_expr(h), zero)),
@@ -249,7 +236,7 @@ class _Kernel:
             self.p_frag, (kk, a), E.cast(E.TensorElement(self.s_acc, (kk * 2 + a // 4, a % 4)), self.dtype)),
             "unroll"), "unroll")
         pair = S.seq([gpu.Ldmatrix(E.TensorElement(self.kv_frag, (zero, zero)),
-                                   self._address(self.v_tile, slot, n * 16, kk * 16, False, True), 4, True),
+                                   self.v_tile.fragment_row(slot, self.lane, n * 16, kk * 16, False, True), 4, True),
                       *[gpu.MmaSync(E.TensorElement(self.o_acc, (n * 2 + h, zero)),
                                     E.TensorElement(self.p_frag, (kk, zero)),
                                     E.TensorElement(self.kv_frag, (E.as_expr(h), zero)),

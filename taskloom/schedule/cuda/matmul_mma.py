@@ -193,6 +193,29 @@ class _Tile:
         chunk = (c // CHUNK) ^ (phase // self.period) if self.width > 1 else c // CHUNK
         return E.TensorElement(self.var, (slot, r, chunk * CHUNK + c % CHUNK))
 
+    def fragment_row(self, slot: E.Expr, lane: E.Expr, x0: E.Expr, kk: E.Expr, a_operand: bool,
+                     k_rows: bool) -> E.TensorElement:
+        """The row ``lane`` gives ``ldmatrix.x4`` for an A fragment (16 x 16 at ``x0`` along
+        m and ``kk`` along k) or two B fragments (n8 tiles at ``x0`` and ``x0 + 8``); lane
+        ``l`` gives row ``l % 8`` of matrix ``l // 8``: A's quarters (rows 0-7, 8-15, then
+        k 8-15), B's k halves of one n8 tile, then of the next. ``k_rows`` when the tile's
+        rows run along k (it is then read with ``.trans``)."""
+        q, rr = lane // 8, lane % 8
+        x_off, k_off = ((q % 2) * 8, (q // 2) * 8) if a_operand else ((q // 2) * 8, (q % 2) * 8)
+        if k_rows:
+            return self.at(slot, kk + k_off + rr, x0 + x_off, rr)
+        return self.at(slot, x0 + x_off + rr, kk + k_off, rr)
+
+    def fill(self, r: E.Var, col: E.Var, tid: E.Expr, threads: int, copy: bool,
+             body: Callable[[E.Expr], S.Stmt]) -> S.Stmt:
+        """The loop that fills one slot: ``body(first)`` for row ``r`` and its ``first``
+        column, consecutive threads along a row, each a 16-byte chunk (``copy``) or one
+        element at a time."""
+        per_row = self.cols // CHUNK if copy else self.cols
+        lanes = min(per_row, threads)
+        mapping = repeat(self.rows * lanes // threads, per_row // lanes) * spatial(threads // lanes, lanes)
+        return S.ForMapping((r, col), mapping, tid, body(col * CHUNK if copy else col))
+
 
 class _Kernel:
     """The phases of one kernel, sharing its names and variables."""
@@ -254,24 +277,21 @@ class _Kernel:
         16-byte chunks by cp.async, or single elements computed by the threads."""
         tile, c = self.tiles[f.name], self.c
         r, col = self._vars("r", "col")
-        per_row = tile.cols // CHUNK if f.copy else tile.cols
-        lanes = min(per_row, c.threads)
-        mapping = repeat(tile.rows * lanes // c.threads, per_row // lanes) * spatial(c.threads // lanes, lanes)
-        first = col * CHUNK if f.copy else col  # the (first) element the thread moves in its row
-        outer, kk = (r, first) if f.k_inner else (first, r)
-        x, k = self._origin(f) + outer, step * c.block_k + kk
-        x_in, k_in = self._inside(x, f.extent, f.block), self._inside(k, self.con.K, c.block_k)
-        if f.copy:  # a chunk is wholly inside or wholly outside: zero-filled, its address clamped
-            src = self._element(f, x if x_in is None else E.select(x_in, x, 0), k if k_in is None else E.select(k_in, k, 0))
+
+        def body(first: E.Expr) -> S.Stmt:
+            outer, kk = (r, first) if f.k_inner else (first, r)
+            x, k = self._origin(f) + outer, step * c.block_k + kk
+            x_in, k_in = self._inside(x, f.extent, f.block), self._inside(k, self.con.K, c.block_k)
             inside = _all(x_in, k_in)
-            body: S.Stmt = gpu.CpAsync(tile.at(slot, r, first), src, 16, None if inside is None else E.select(inside, 16, 0))
-        else:
+            if f.copy:  # a chunk is wholly inside or wholly outside: zero-filled, its address clamped
+                src = self._element(f, x if x_in is None else E.select(x_in, x, 0),
+                                    k if k_in is None else E.select(k_in, k, 0))
+                return gpu.CpAsync(tile.at(slot, r, first), src, 16, None if inside is None else E.select(inside, 16, 0))
             value = self.read(f.expr, self._bindings(f, x, k))
-            inside = _all(x_in, k_in)
             if inside is not None:
                 value = E.select(inside, value, E.Constant(0.0, float32))
-            body = S.BufferStore(tile.var, tile.at(slot, r, col).indices, E.cast(value, self.dtype))
-        return S.ForMapping((r, col), mapping, self.tid, body)
+            return S.BufferStore(tile.var, tile.at(slot, r, first).indices, E.cast(value, self.dtype))
+        return tile.fill(r, col, self.tid, c.threads, f.copy, body)
 
     @staticmethod
     def _inside(i: E.Expr, extent: int, block: int) -> E.Expr | None:
@@ -312,16 +332,8 @@ class _Kernel:
         return S.ForMapping((wi, wj), spatial(*self.c.warps), self.warp, body(wi * wm, wj * wn))
 
     def _fragment_address(self, f: _Factor, slot: E.Expr, x0: E.Expr, kk: E.Expr) -> E.TensorElement:
-        """The row this lane gives ``ldmatrix.x4`` for the 16 x 16 (A) or two 8 x 16 (B)
-        fragments at ``x0`` along the factor's axis and ``kk`` along K. Lane ``l`` gives
-        row ``l % 8`` of matrix ``l // 8``; A's matrices are its quarters (rows 0-7,
-        8-15, then k 8-15), B's the k halves of one n8 tile, then of the next."""
-        q, rr = self.lane // 8, self.lane % 8
-        x_off, k_off = ((q % 2) * 8, (q // 2) * 8) if f is self.A else ((q // 2) * 8, (q % 2) * 8)
-        tile = self.tiles[f.name]
-        if f.k_inner:
-            return tile.at(slot, x0 + x_off + rr, kk + k_off, rr)
-        return tile.at(slot, kk + k_off + rr, x0 + x_off, rr)
+        """The row this lane gives ``ldmatrix.x4`` for ``f``'s fragments at ``x0``, ``kk``."""
+        return self.tiles[f.name].fragment_row(slot, self.lane, x0, kk, f is self.A, not f.k_inner)
 
     def _compute(self, slot: E.Expr) -> S.Stmt:
         """For each 16 of the step's K: the warp's fragments by ldmatrix, then its mmas."""

@@ -51,7 +51,8 @@ def build(functions: "Function | IRModule | Sequence[Function]", target: Target 
 
 def compile(model: Any, example_inputs: Any = None, target: Target | str | None = None, *,  # noqa: A001
             tune: int = 0, fuse: bool = True, optimize: bool = True, verbose: bool = False,
-            budget: str | float | None = None, layout: str = "auto", device: str | None = None) -> "CompiledGraph":
+            budget: str | float | None = None, layout: str = "auto", device: str | None = None,
+            dynamic: dict[str, tuple[int, int]] | None = None) -> "CompiledGraph":
     """Compiles a model into one native function: graph passes, operators fused, every kernel
     and a launcher in one shared library, intermediates in one planned arena.
 
@@ -73,6 +74,11 @@ def compile(model: Any, example_inputs: Any = None, target: Target | str | None 
     For a CUDA target (``"cuda"``, ``"cuda:sm_90"``) the result runs on ``device="cuda"``
     (the GPU, the default) or ``device="emulator"`` (every kernel in the SIMT emulator, on
     the CPU).
+
+    A Graph whose inputs have symbolic dimensions (``taskloom.graph.symbol("batch")``)
+    compiles once for every size: ``dynamic`` gives a symbol's range,
+    ``{"batch": (1, 64), "seq": (1, 512)}`` (by default 1 to 2**31 - 1), and a call outside
+    it raises an error naming the input and the range.
     """
     from taskloom.compiler.graph_compiler import compile_graph
     from taskloom.graph import Graph
@@ -81,7 +87,10 @@ def compile(model: Any, example_inputs: Any = None, target: Target | str | None 
             raise ArgumentError(f"compile(): a Graph takes no example_inputs (got {example_inputs!r}); "
                                 "pass the target by keyword: compile(graph, target=...)")
         return compile_graph(model, target, tune=tune, fuse=fuse, optimize=optimize, verbose=verbose,
-                             budget=budget, layout=layout, device=device)
+                             budget=budget, layout=layout, device=device, ranges=dynamic)
+    if dynamic is not None:
+        raise ArgumentError("compile(): dynamic= gives the ranges of a Graph's symbolic dimensions; torch "
+                            "and ONNX models are compiled for the shapes of their example inputs")
     kind = type(model).__module__.split(".")[0]
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(model, torch.nn.Module):

@@ -23,6 +23,12 @@ as its result (0 on success):
 
 It enqueues every kernel's ``launch_<kernel>`` on ``stream`` and returns at once; the
 runtime reads ``st`` back when the stream is done.
+
+A graph with symbolic dimensions (a dynamic graph) takes three more tables after ``st`` (and
+before ``ms``): ``sym``, the symbols' values for this call, which kernels take as their size
+arguments; ``off``, each intermediate's offset in the arena, planned per call from those
+values; and ``var``, which variant of each kernel built in several (a :class:`Dispatch`)
+runs at these sizes (:mod:`taskloom.runtime.shape_binding`).
 """
 from __future__ import annotations
 
@@ -35,14 +41,19 @@ PROFILE_ENTRY = "taskloom_graph_profile"
 
 @dataclass(frozen=True)
 class Ref:
-    """Where a kernel argument lives: ``kind`` is 'w', 'in', 'out' or 'arena'; ``index`` is a
-    table position or an arena offset."""
+    """Where a kernel argument lives: ``kind`` is 'w', 'in', 'out' or 'arena' (``index``: a
+    table position or an arena offset), or in a dynamic graph 'slot' (an intermediate at the
+    arena offset ``off[index]``) or 'sym' (a symbol's value, ``sym[index]``)."""
 
     kind: str
     index: int
 
     def c(self) -> str:
-        return f"arena + {self.index}" if self.kind == "arena" else f"{self.kind}[{self.index}]"
+        if self.kind == "arena":
+            return f"arena + {self.index}"
+        if self.kind == "slot":
+            return f"arena + off[{self.index}]"
+        return f"{self.kind}[{self.index}]"
 
 
 @dataclass(frozen=True)
@@ -54,16 +65,33 @@ class Call:
     types: tuple[str, ...] = ()  # each argument's C type, where the language needs casts (C++)
 
 
-def _invocation(c: Call) -> str:
+@dataclass(frozen=True)
+class Dispatch:
+    """Variants of one kernel (a dynamic graph's, configs chosen for different sizes): the
+    launcher runs ``calls[var[choice]]``."""
+
+    choice: int
+    calls: tuple[Call, ...]
+    note: str = ""
+
+
+def _invocation(c: Call | Dispatch) -> str:
+    if isinstance(c, Dispatch):
+        cases = [f"    case {k}:{_invocation(v)[1:]} break;" for k, v in enumerate(c.calls) if k]
+        return "\n".join([f"  switch (var[{c.choice}]) {{", *cases,
+                          f"    default:{_invocation(c.calls[0])[1:]}", "  }"])
     args = [_arg(r) for r in c.args] + (["st"] if c.status else [])
     call = f"  {c.symbol}({', '.join(args)});"
     return call + " if (st->check) return;" if c.status else call
 
 
-def launcher_source(calls: Sequence[Call]) -> str:
-    """The C of the launcher and of its profiling twin for ``calls``, in order."""
+def launcher_source(calls: Sequence[Call | Dispatch], dynamic: bool = False) -> str:
+    """The C of the launcher and of its profiling twin for ``calls``, in order; ``dynamic``:
+    the graph's sizes are symbols, read from the ``sym``, ``off`` and ``var`` tables."""
     invocations = [_invocation(c) for c in calls]
     params = "void* const* w, void* const* in, void* const* out, char* arena, tl_status* st"
+    if dynamic:
+        params += ", const int64_t* sym, const int64_t* off, const int64_t* var"
     lines = ["", f"void {ENTRY}({params}) {{"]
     for c, invocation in zip(calls, invocations):
         if c.note:
@@ -77,7 +105,7 @@ def launcher_source(calls: Sequence[Call]) -> str:
 
 
 def _arg(r: Ref) -> str:
-    return f"(void*)({r.c()})" if r.kind == "arena" else r.c()
+    return f"(void*)({r.c()})" if r.kind in ("arena", "slot") else r.c()
 
 
 def cuda_launcher_source(calls: Sequence[Call]) -> str:

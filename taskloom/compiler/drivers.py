@@ -8,8 +8,9 @@ nothing measured.
 """
 from __future__ import annotations
 
+import functools
 import warnings
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -19,15 +20,21 @@ from taskloom.ir.compute import Task
 from taskloom.schedule.cuda.matmul import choose_config as choose_simt
 from taskloom.schedule.cuda.mma_model import choose as choose_mma
 from taskloom.schedule.registry import Candidate, Scheduled
-from taskloom.schedule.select import schedule_kernel as schedule_with
+from taskloom.schedule.select import find_candidate, schedule_kernel as schedule_with
 from taskloom.target.base import Target
-from taskloom.tune.model import best_config
+from taskloom.tune.model import best_config, rank
 from taskloom.tune.tuner import recorded_config, tune_matmul
 
 
 def _matmul_cpu_config(found: Candidate, target: Target, tune: int, deadline: float | None) -> Any:
     t = found.tunable
-    shape = t.con.shape
+    shape = t.con.hint
+    if not t.con.static:  # symbolic sizes: the model's choice for the representative sizes
+        if tune > 0:
+            warnings.warn(f"tune={tune}: a kernel with symbolic sizes {t.con.shape} takes the analytic "
+                          f"model's config for {shape}; it is not tuned by measurement", RuntimeWarning,
+                          stacklevel=3)
+        return best_config(shape, target, t.pack, t.a_stride)
     if tune == 0:
         best = recorded_config(shape, target, workload=t.workload)
         return best if best is not None else best_config(shape, target, t.pack, t.a_stride)
@@ -73,6 +80,47 @@ def schedule_kernel(task: Task, target: Target, name: str | None = None, tune: i
     ``weights_stream``)."""
     return schedule_with(task, target, lambda found: choose_config(found, target, tune, deadline),
                          name, constants, weights_stream)
+
+
+#: The largest size a symbolic kernel's config is chosen for (each of Bt, M, N, K).
+LARGEST_SAMPLE = 4096
+
+
+def schedule_variants(task: Task, target: Target, points: Sequence[Mapping[str, int]], name: str,
+                      constants: Mapping[int, np.ndarray] | None = None,
+                      weights_stream: bool = False) -> tuple[list[Scheduled], list[int]]:
+    """The kernels of a ``task`` with symbolic sizes, and which of them serves each sample
+    point of its symbols (:mod:`taskloom.compiler.dynamic`): for the CPU matmul template, one
+    variant per config the analytic model chooses over the points; for anything else, one
+    kernel for all. Variants after the first are named ``<name>_v1``, ``<name>_v2``."""
+    from taskloom.compiler.dynamic import choose_variants, evaluate
+    found = find_candidate(task, target, constants, weights_stream)
+    if found is None or found.template != "matmul_cpu" or found.tunable.con.static:  # type: ignore[attr-defined]
+        return [schedule_kernel(task, target, name, 0, None, constants, weights_stream)], [0] * len(points)
+    t = found.tunable  # type: ignore[attr-defined]
+    # past a few thousand rows every size takes the same config, and the model's cost grows with the size
+    shapes = [tuple(min(d, LARGEST_SAMPLE) for d in evaluate(t.con.shape, p)) for p in points]
+    configs = [_model_config(shape, target, t.pack, t.a_stride) for shape in shapes]
+    kept, table = choose_variants(configs)
+    if t.workload.endswith("/prepacked"):
+        # B is a weight packed in panels as wide as the tile: variants keep the first one's
+        # width, so that the weight is packed once, not once per variant
+        nv = kept[0].nv
+        configs = [c if c.nv == nv else _model_config(s, target, t.pack, t.a_stride, nv)
+                   for c, s in zip(configs, shapes)]
+        kept, table = choose_variants(configs)
+    return [found.build(c, name if k == 0 else f"{name}_v{k}") for k, c in enumerate(kept)], table
+
+
+@functools.lru_cache(maxsize=4096)
+def _model_config(shape: tuple[int, ...], target: Target, pack: tuple[float, float], a_stride: int,
+                  nv: int | None = None) -> Any:
+    """The analytic model's config for a shape (a dynamic graph asks for many, often again);
+    with ``nv``, its best among the configs whose tiles are ``nv`` vectors wide."""
+    if nv is None:
+        return best_config(shape, target, pack, a_stride)
+    ranked = [c for c, *_ in rank(shape, target, pack=pack, a_stride=a_stride) if c.nv == nv]
+    return ranked[0] if ranked else best_config(shape, target, pack, a_stride)
 
 
 def schedule(task: Task, target: Target, name: str | None = None, tune: int = 0,

@@ -10,16 +10,19 @@ import numpy as np
 from taskloom.backend.build import build_library
 from taskloom.backend.codegen_c import c_symbol
 from taskloom.backend.codegen_cuda import cuda_param_type
-from taskloom.backend.launcher import Call, Ref, cuda_launcher_source, launcher_source
+from taskloom.backend.launcher import Call, Dispatch, Ref, cuda_launcher_source, launcher_source
 from taskloom.errors import TaskloomError
 from taskloom.graph.graph import Graph, GraphError
+from taskloom.ir import expr as E
+from taskloom.ir.dtypes import DataType
+from taskloom.compiler.dynamic import graph_symbols, ladder, sample_points, shape_entries
 from taskloom.graph.tensor import Tensor
 from taskloom.graph.fusion import FusedGroup, fuse_graph
 from taskloom.runtime.compiled_graph import CompiledGraph
 from taskloom.runtime.library_file import record_source
 from taskloom.runtime.saved_file import graph_record
 from taskloom.runtime.memory_plan import Buffer, plan_memory
-from taskloom.compiler.drivers import schedule_kernel
+from taskloom.compiler.drivers import schedule_kernel, schedule_variants
 from taskloom.target import CudaTarget, get_target
 from taskloom.tune.budget import Budget
 from taskloom.target.base import Target
@@ -34,7 +37,8 @@ def _nbytes(t: Tensor) -> int:
 
 def compile_graph(graph: Graph, target: Target | str | None = None, *, tune: int = 0, fuse: bool = True,
                   optimize: bool = True, verbose: bool = False, budget: str | float | None = None,
-                  layout: str = "auto", device: str | None = None) -> Any:
+                  layout: str = "auto", device: str | None = None,
+                  ranges: dict[str, tuple[int, int]] | None = None) -> Any:
     """Compiles ``graph`` for ``target`` (default: this machine) into one native function:
     graph passes (``optimize``), fusion (``fuse``), scheduling, memory planning, one build.
     ``layout="auto"`` runs convolutions in NHWC where that pays
@@ -45,7 +49,11 @@ def compile_graph(graph: Graph, target: Target | str | None = None, *, tune: int
 
     A CUDA target (``"cuda"``, ``"cuda:sm_90"``) gives a
     :class:`~taskloom.runtime.cuda_graph.CudaCompiledGraph` that runs on ``device``
-    ``"cuda"`` (the GPU, the default) or ``"emulator"`` (the SIMT emulator, on the CPU)."""
+    ``"cuda"`` (the GPU, the default) or ``"emulator"`` (the SIMT emulator, on the CPU).
+
+    A graph whose inputs have symbolic dimensions compiles once for every value of its
+    symbols, each in ``ranges`` (``{"batch": (1, 64)}``; by default 1 to 2**31 - 1): kernels
+    take their sizes as arguments and each call plans the intermediates for its sizes."""
     started = time.perf_counter()
     tgt = get_target(target)
     cuda = isinstance(tgt, CudaTarget)
@@ -63,45 +71,65 @@ def compile_graph(graph: Graph, target: Target | str | None = None, *, tune: int
                             "convolutions where that pays) or 'NCHW' (the graph's own layout)")
     timings: dict[str, float] = {}  # seconds per phase, in meta["timings"]
     graph = _passes(graph, tgt, optimize, layout == "auto")
+    symbols = graph_symbols(graph, ranges or {})
+    if symbols and cuda:
+        raise TaskloomError(f"compile(): the graph's inputs have symbolic dimensions ({', '.join(symbols)}); "
+                            "CUDA targets compile static shapes only so far: give example inputs of "
+                            "one shape, or compile for the CPU")
     timings["passes"] = time.perf_counter() - started
     phase = time.perf_counter()
     groups = fuse_graph(graph) if fuse else [FusedGroup.single(n) for n in graph.nodes]
     timings["fusion"] = time.perf_counter() - phase
-    places = _Places(graph, groups)
+    places = _Places(graph, groups, list(symbols))
 
     # whether each kernel's weight comes from memory on every call (the target decides)
     weights_stream = tgt.streams_weights(sum(_nbytes(c) for c in graph.constants))
     phase = time.perf_counter()
     functions, calls, kernels = [], [], []
+    points = sample_points(symbols) if symbols else []
+    choices: list[list[int]] = []  # per kernel built in variants: the variant at each sample point
     for g, group in enumerate(groups):
         deadline = clock.deadline(tasks_left=len(groups) - g) if budget is not None else None
         known = {k: t.numpy() for k, t in enumerate(group.inputs) if id(t) in places.graph_constants}
-        scheduled = schedule_kernel(group.task, tgt, name=f"k{g}_{group.name}", tune=tune, deadline=deadline,
-                                    constants=known, weights_stream=weights_stream)
-        fn = scheduled.fn
-        if len(fn.params) != len(scheduled.inputs) + len(group.outputs):
-            raise TaskloomError(f"kernel {fn.name} has symbolic sizes; compiled graphs need static shapes")
-        functions.append(fn)
-        args = tuple(places.ref_of(group.inputs[x]) if isinstance(x, int) else places.constant_ref(x)
-                     for x in scheduled.inputs) + tuple(places.refs[id(t)] for t in group.outputs)
-        types = tuple(cuda_param_type(p) for p in fn.params) if cuda else ()
-        calls.append(Call(c_symbol(fn.name), args, f"{group.name}: {' + '.join(group.ops)}", fn.reports_status,
-                          types))
-        kernels.append(_kernel_meta(fn, group))
+        name, note = f"k{g}_{group.name}", f"{group.name}: {' + '.join(group.ops)}"
+        if symbols and group.task.symbols():
+            variants, table = schedule_variants(group.task, tgt, points, name, known, weights_stream)
+        else:
+            variants, table = [schedule_kernel(group.task, tgt, name=name, tune=tune, deadline=deadline,
+                                               constants=known, weights_stream=weights_stream)], []
+        group_calls = []
+        for scheduled in variants:
+            fn = scheduled.fn
+            functions.append(fn)
+            args = _arguments(fn, places, [places.ref_of(group.inputs[x]) if isinstance(x, int)
+                                           else places.constant_ref(x, same_as=True) for x in scheduled.inputs]
+                              + [places.refs[id(t)] for t in group.outputs])
+            types = tuple(cuda_param_type(p) for p in fn.params) if cuda else ()
+            group_calls.append(Call(c_symbol(fn.name), args, note, fn.reports_status, types))
+        if len(group_calls) == 1:
+            calls.append(group_calls[0])
+        else:
+            calls.append(Dispatch(len(choices), tuple(group_calls), note))
+            choices.append(table)
+        kernels.append(_kernel_meta([v.fn for v in variants], group))
     timings["schedule"] = time.perf_counter() - phase
     arrays = [np.ascontiguousarray(c) for c in places.constants]
-    meta = {"inputs": [{"name": t.name, "dtype": t.dtype.name, "shape": [int(d) for d in t.shape]}
+    meta = {"inputs": [{"name": t.name, "dtype": t.dtype.name, "shape": shape_entries(t.shape)}
                        for t in graph.inputs],
-            "outputs": places.outputs_meta, "arena_bytes": places.plan.arena_bytes,
-            "memory": places.plan.describe(), "kernels": kernels, "target": tgt.to_dict(),
+            "outputs": places.outputs_meta, "arena_bytes": places.arena_bytes,
+            "memory": places.describe(), "kernels": kernels, "target": tgt.to_dict(),
             "status": True}  # status: see backend.launcher
+    if symbols:
+        meta["dynamic"] = {"symbols": [{"name": n, "min": lo, "max": hi, "ladder": ladder(lo, hi)}
+                                       for n, (lo, hi) in symbols.items()],
+                           "slots": places.slots, "variants": choices}
     if cuda:
         compiled = _finish_cuda(functions, calls, tgt, meta, arrays, timings, device or "cuda")
     else:
         compiled = _finish_cpu(functions, calls, tgt, meta, arrays, timings)
     if verbose:
         print(f"compiled {len(graph.nodes)} operators into {len(groups)} kernels in "
-              f"{time.perf_counter() - started:.2f} s; {places.plan.describe()}")
+              f"{time.perf_counter() - started:.2f} s; {places.describe()}")
     return compiled
 
 
@@ -119,25 +147,34 @@ def _passes(graph: Graph, tgt: Target, optimize: bool, relayout: bool) -> Graph:
             relaid = choose_layout(graph, tgt)
             if relaid is not graph:
                 graph = run_passes(relaid)
-    for t in graph.inputs:
-        if not all(isinstance(d, int) for d in t.shape):
-            raise GraphError(f"graph input '{t.name}' has a symbolic shape {t.shape}; compiled graphs are "
-                             "specialized to the shapes they were traced with")
     return graph
+
+
+def _arguments(fn: Any, places: "_Places", tensors: list[Ref]) -> tuple[Ref, ...]:
+    """The launcher's arguments of kernel ``fn``: ``tensors`` for its tensor parameters in
+    order, and for each size parameter the symbol of that name."""
+    params = [p for p in fn.params if not isinstance(p.type, DataType)]
+    if len(params) != len(tensors):
+        raise TaskloomError(f"kernel {fn.name} takes {len(params)} tensors; its group gives {len(tensors)}")
+    it = iter(tensors)
+    return tuple(places.symbol_ref(p.name, fn.name) if isinstance(p.type, DataType) else next(it)
+                 for p in fn.params)
 
 
 class _Places:
     """Where every tensor of a compiled graph lives: an input, an output, a constant (numbered
-    as first used; a weight whose only reader takes it prepacked is never numbered) or an
-    offset in the arena of intermediates, planned from the groups' lifetimes."""
+    as first used; a weight whose only reader takes it prepacked is never numbered) or a place
+    among the intermediates, planned from the groups' lifetimes: an arena offset, or in a
+    dynamic graph (``symbols``) a slot whose offset each call plans for its sizes."""
 
-    def __init__(self, graph: Graph, groups: list[FusedGroup]):
+    def __init__(self, graph: Graph, groups: list[FusedGroup], symbols: list[str] | None = None):
+        self.symbols = symbols or []
         self.refs: dict[int, Ref] = {id(t): Ref("in", k) for k, t in enumerate(graph.inputs)}
         self.constants: list[np.ndarray] = []
         self.graph_constants = {id(c): c for c in graph.constants}
         self.outputs_meta: list[dict[str, Any]] = []
         for k, t in enumerate(graph.outputs):
-            spec = {"name": f"output{k}", "dtype": t.dtype.name, "shape": [int(d) for d in t.shape],
+            spec = {"name": f"output{k}", "dtype": t.dtype.name, "shape": shape_entries(t.shape),
                     "copy_of": None}
             if id(t) in self.graph_constants:
                 self.ref_of(t)
@@ -147,10 +184,11 @@ class _Places:
             else:
                 self.refs[id(t)] = Ref("out", k)
             self.outputs_meta.append(spec)
+        self.slots: list[dict[str, Any]] = []
         self.plan = self._plan(groups)
 
     def _plan(self, groups: list[FusedGroup]) -> Any:
-        """Arena offsets for the intermediates, from their lifetimes in group order."""
+        """Arena offsets (or slots) for the intermediates, from their lifetimes in group order."""
         produced: dict[int, int] = {}
         last_use: dict[int, int] = {}
         tensors: dict[int, Tensor] = {}
@@ -160,16 +198,42 @@ class _Places:
             for t in group.outputs:
                 produced[id(t)] = g
                 tensors[id(t)] = t
-        buffers = [Buffer(key, _nbytes(tensors[key]), g, max(last_use.get(key, g), g))
-                   for key, g in produced.items() if key not in self.refs]
-        plan = plan_memory(buffers)
+        lives = [(key, g, max(last_use.get(key, g), g)) for key, g in produced.items() if key not in self.refs]
+        if self.symbols:
+            for key, first, last in lives:
+                t = tensors[key]
+                self.refs[key] = Ref("slot", len(self.slots))
+                self.slots.append({"elements": _elements_text(t.shape), "itemsize": t.dtype.nbytes,
+                                   "first": first, "last": last})
+            return None
+        plan = plan_memory([Buffer(key, _nbytes(tensors[key]), first, last) for key, first, last in lives])
         for key, offset in plan.offsets.items():
             self.refs[key] = Ref("arena", offset)
         return plan
 
-    def constant_ref(self, value: np.ndarray, key: int | None = None) -> Ref:
+    @property
+    def arena_bytes(self) -> int:
+        """The arena of a static graph; a dynamic one's grows to what its calls need."""
+        return self.plan.arena_bytes if self.plan is not None else 0
+
+    def describe(self) -> str:
+        if self.plan is not None:
+            return self.plan.describe()
+        return f"{len(self.slots)} intermediates planned per call for the sizes of {', '.join(self.symbols)}"
+
+    def symbol_ref(self, name: str, kernel: str) -> Ref:
+        if name not in self.symbols:
+            raise TaskloomError(f"kernel {kernel} takes the size {name}, which is no symbol of the graph's inputs "
+                                f"({', '.join(self.symbols) or 'none'})")
+        return Ref("sym", self.symbols.index(name))
+
+    def constant_ref(self, value: np.ndarray, key: int | None = None, same_as: bool = False) -> Ref:
+        """The table entry of a constant; ``same_as``: reuse the last entry when it holds equal
+        values (a weight packed alike for two variants of a kernel)."""
         if key is not None and key in self.refs:
             return self.refs[key]
+        if same_as and self.constants and _equal(self.constants[-1], value):
+            return Ref("w", len(self.constants) - 1)
         self.constants.append(value)
         ref = Ref("w", len(self.constants) - 1)
         if key is not None:
@@ -180,21 +244,39 @@ class _Places:
         return self.constant_ref(t.numpy(), id(t)) if id(t) in self.graph_constants else self.refs[id(t)]
 
 
-def _kernel_meta(fn: Any, group: FusedGroup) -> dict[str, Any]:
-    """What ``meta["kernels"]`` says of one kernel: its operators and how it was scheduled."""
-    return {"name": fn.name, "ops": group.ops, "category": group.category,
+def _equal(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and bool(np.array_equal(a, b))
+
+
+def _elements_text(shape: Any) -> str:
+    """The number of elements of ``shape`` as an expression's text."""
+    n: Any = E.as_expr(1)
+    for d in shape:
+        n = n * d
+    return str(shape_entries([n])[0])
+
+
+def _kernel_meta(fns: list[Any], group: FusedGroup) -> dict[str, Any]:
+    """What ``meta["kernels"]`` says of one kernel: its operators and how it was scheduled
+    (each variant's schedule, for a kernel built in several)."""
+    return {"name": fns[0].name, "ops": group.ops, "category": group.category,
             "anchor": group.anchor.op if group.anchor is not None else group.ops[0],
-            "schedule": f"{fn.attr('template')}: {fn.attr('config')}"
-            + (", B prepacked" if fn.attr("prepacked_b") else "")
-            + (" and prefetched" if fn.attr("prefetch_b") else "") if fn.attr("template")
-            else "rule-based"}
+            "schedule": "; ".join(_schedule_text(fn) for fn in fns)}
+
+
+def _schedule_text(fn: Any) -> str:
+    if not fn.attr("template"):
+        return "rule-based"
+    return (f"{fn.attr('template')}: {fn.attr('config')}" + (", B prepacked" if fn.attr("prepacked_b") else "")
+            + (" and prefetched" if fn.attr("prefetch_b") else ""))
 
 
 def _finish_cpu(functions: list, calls: list[Call], tgt: Target, meta: dict[str, Any], arrays: list[np.ndarray],
                 timings: dict[str, float]) -> CompiledGraph:
     """One C library: the kernels, the launcher and the record a saved file is checked against."""
     record = record_source(graph_record(meta, [(c.dtype.name, c.shape) for c in arrays]))
-    lib = build_library(functions, tgt, name="graph", extra_source=launcher_source(calls) + record,
+    lib = build_library(functions, tgt, name="graph",
+                        extra_source=launcher_source(calls, "dynamic" in meta) + record,
                         timings=timings, load_check=True)
     meta.update(source=str(lib.source_path), timings=timings)
     return CompiledGraph(lib.lib_path, meta, arrays)

@@ -48,6 +48,8 @@ from taskloom.frontend.torch_aten import REGISTRY, register
 from taskloom.frontend.torch_convert import Conversion, convert
 from taskloom.frontend.torch_fallback import Fallback, SplitGraph, split, summary
 from taskloom.frontend.torch_lower import lower_to_aten
+from taskloom.frontend.torch_symbolic import (fake_inputs, graph_is_symbolic, inline_scalar_reads,
+                                              ranges as symbol_ranges, ranges_of)
 
 __all__ = ["Backend", "CompiledFunction", "Fallback", "FallbackWarning", "Options", "REGISTRY", "compile",
            "compile_module", "fallbacks", "register", "taskloom_backend", "unwrap_error"]
@@ -237,6 +239,10 @@ class CompiledFunction:
         self._values_at = [k for k, (i, a) in enumerate(zip(self._is_input, example_inputs))
                            if not i and not isinstance(a, torch.Tensor)]
         self._names = [_input_name(n, k) for k, n in enumerate(placeholders)]
+        # dynamo's sizes are symbols (dynamic=True, or a dimension seen to change): one
+        # compiled graph serves every size its guards let through
+        self.symbolic = graph_is_symbolic(gm)
+        self._ranges = symbol_ranges(fake_inputs(gm)) if self.symbolic else {}
         self._programs: dict[Any, _Program | Callable] = {}
         self.compiled_graph: Any = None
         self.compiled_graphs: list[Any] = []
@@ -247,6 +253,9 @@ class CompiledFunction:
         self._specialize([_concrete(a) for a in example_inputs], allow_fallback=False)
 
     def _key(self, args: Sequence[Any]) -> tuple:
+        if self.symbolic:  # sizes vary within one program; the symbols' values are no key
+            return (tuple(args[k].dtype for k in self._inputs_at),
+                    tuple(args[k] for k in self._values_at if not isinstance(args[k], (int, torch.SymInt))))
         return (tuple((tuple(args[k].shape), args[k].dtype) for k in self._inputs_at),
                 tuple(args[k] for k in self._values_at))
 
@@ -279,7 +288,9 @@ class CompiledFunction:
 
     def _build(self, args: Sequence[Any]) -> _Program:
         try:
-            aten_gm = lower_to_aten(self.gm, args)
+            if self.symbolic:
+                inline_scalar_reads(self.gm, args, self._is_input)
+            aten_gm = lower_to_aten(self.gm, args, symbolic=self.symbolic)
         except Exception as e:
             raise FrontendError(f"torch could not lower the captured graph to core ATen operators "
                                 f"({type(e).__name__}: {_first_line(e)})") from e
@@ -306,7 +317,8 @@ class CompiledFunction:
     def _compile(self, graph: Any, args: Sequence[Any]) -> Any:
         from taskloom.compiler.graph_compiler import compile_graph
         return compile_graph(graph, target=self._target(args), tune=self.options.tune, budget=self.options.budget,
-                             layout=self.options.layout, device=self.options.device)
+                             layout=self.options.layout, device=self.options.device,
+                             ranges=ranges_of(graph, self._ranges))
 
     def _target(self, args: Sequence[Any]) -> Any:
         """The option's target; without one, the GPU's where the inputs are CUDA tensors (or

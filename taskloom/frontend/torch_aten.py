@@ -105,6 +105,8 @@ def filled(shape: Sequence[int], value: Any, dtype: Any, op: str) -> Tensor:
     ``dtype`` (None: torch's default for the value)."""
     dt = dtype_of(dtype) if dtype is not None else (T.float32 if isinstance(value, float) else
                                                     T.boolean if isinstance(value, bool) else T.int64)
+    if not all(isinstance(d, int) for d in shape):  # a symbolic size: the value broadcast, per call
+        return ops.expand(asarray(np.array(value, dtype=_numpy_dtype(dt, op))), tuple(shape))
     return asarray(np.full(tuple(int(d) for d in shape), value, dtype=_numpy_dtype(dt, op)))
 
 

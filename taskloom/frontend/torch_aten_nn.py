@@ -9,7 +9,7 @@ import numpy as np
 
 from taskloom import ops
 from taskloom.errors import FrontendError
-from taskloom.frontend.torch_aten import Converter, aten, filled, register, torch_dtype, unavailable
+from taskloom.frontend.torch_aten import Converter, aten, dtype_of, filled, register, torch_dtype, unavailable
 from taskloom.graph.tensor import Tensor, asarray
 from taskloom.ir import dtypes as T
 
@@ -144,6 +144,8 @@ def squeeze(x: Tensor, dim: Any = None) -> Tensor:
 
 @register(aten.slice.Tensor, aten.slice_copy.Tensor)
 def slice_(x: Tensor, dim: int = 0, start: Any = None, end: Any = None, step: int = 1) -> Tensor:
+    if not all(isinstance(v, (int, type(None))) for v in (start, end, x.shape[dim])):  # symbolic
+        return ops.slice(x, dim, start, end, step)
     whole = range(*slice(start, end, step).indices(int(x.shape[dim]))) == range(int(x.shape[dim]))
     return x if whole else ops.slice(x, dim, start, end, step)
 
@@ -351,6 +353,12 @@ def _new(fill: Any) -> Converter:
 register(aten.new_full)(_new(None))
 register(aten.new_zeros, aten.new_empty, aten.new_empty_strided)(_new(0))
 register(aten.new_ones)(_new(1))
+
+
+@register(aten.arange.default, aten.arange.start, aten.arange.start_step)
+def arange(*args: Any, dtype: Any = None, **_: Any) -> Tensor:
+    """An arange up to a symbolic size (one with constant bounds is folded by torch)."""
+    return ops.arange(*args, dtype=dtype_of(dtype) if dtype is not None else None)
 
 
 @register(aten.fill.Scalar, aten.fill.Tensor)

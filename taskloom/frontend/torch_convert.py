@@ -27,6 +27,10 @@ from torch.utils._pytree import TreeSpec, tree_flatten
 from taskloom import ops
 from taskloom.errors import FrontendError, TaskloomError
 from taskloom.frontend.torch_aten import dtype_of, functional_form, lookup, op_name
+from taskloom.frontend.torch_symbolic import is_symbolic, to_expr
+from taskloom.ir import expr as E
+from taskloom.ir.arith import simplify_expr
+from taskloom.ir.functor import substitute
 from taskloom.graph import Graph, Tensor, from_torch
 from taskloom.graph import input as graph_input
 
@@ -52,12 +56,13 @@ def _foldable(node: Node) -> bool:
 
 
 def constant_nodes(gm: torch.fx.GraphModule, is_input: Sequence[bool]) -> set[Node]:
-    """The nodes that depend on no graph input: torch evaluates them at compile time."""
+    """The nodes that depend on no graph input (nor on a symbolic size): torch evaluates
+    them at compile time."""
     const: set[Node] = set()
     k = 0
     for node in gm.graph.nodes:
         if node.op == "placeholder":
-            if not is_input[k]:
+            if not is_input[k] and not is_symbolic(node.meta.get("val")):
                 const.add(node)
             k += 1
         elif node.op == "get_attr":
@@ -71,7 +76,13 @@ def unsupported_nodes(gm: torch.fx.GraphModule, const: set[Node]) -> list[Node]:
     """The nodes applied to graph inputs whose operator has no converter."""
     return [node for node in gm.graph.nodes
             if (node.op == "call_function" and node not in const and node.target is not operator.getitem
-                and lookup(node.target) is None) or node.op in ("call_module", "call_method")]
+                and not _is_size(node) and lookup(node.target) is None) or node.op in ("call_module", "call_method")]
+
+
+def _is_size(node: Node) -> bool:
+    """A node computing a symbolic size (``sym_size``, arithmetic of SymInts): it becomes the
+    size's expression, not an operator."""
+    return isinstance(node.meta.get("val"), torch.SymInt)
 
 
 def node_op_name(node: Node) -> str:
@@ -108,17 +119,29 @@ def _constant(value: Any, where: str) -> Any:
     return from_torch(t)
 
 
-def _check(node: Node, value: Any) -> Any:
-    """``value`` (a converter's result) against the shape and dtype torch recorded for ``node``."""
+def _check(node: Node, value: Any, hints: dict[str, int] | None = None) -> Any:
+    """``value`` (a converter's result) against the shape and dtype torch recorded for ``node``
+    (symbolic sizes compared at the example's values, ``hints``)."""
     want = node.meta.get("val")
     if isinstance(value, Tensor) and isinstance(want, torch.Tensor):
-        if tuple(int(d) for d in value.shape) != tuple(want.shape):
+        if tuple(_hint(d, hints) for d in value.shape) != tuple(_hint(d, hints) for d in want.shape):
             raise FrontendError(f"{op_name(node.target)} (node '{node.name}'): the converter gives shape "
                                 f"{tuple(value.shape)}, torch computes {tuple(want.shape)}")
         dt = dtype_of(want.dtype)
         if value.dtype != dt:
             value = ops.cast(value, dt)
     return value
+
+
+def _hint(d: Any, hints: dict[str, int] | None) -> int:
+    """A size as an int: a symbolic one (a taskloom expression or a SymInt) at the example's value."""
+    if isinstance(d, torch.SymInt):
+        return int(d.node.hint)
+    if isinstance(d, E.Expr):
+        values = {v: E.as_expr((hints or {}).get(v.name, -1)) for v in E.free_vars(d)}
+        folded = simplify_expr(substitute(d, values))
+        return int(folded.value) if isinstance(folded, E.Constant) else -1
+    return int(d)
 
 
 class _Interpreter:
@@ -131,6 +154,7 @@ class _Interpreter:
         self.inputs: list[Tensor] = []
         self.input_positions: list[int] = []
         self.input_names: dict[Node, str] = {}
+        self.hints: dict[str, int] = {}  # each symbol's example value
 
     def arg(self, a: Any) -> Any:
         """A converter's argument: constants become concrete tensors, traced nodes their tensors."""
@@ -160,6 +184,8 @@ class _Interpreter:
                 position += 1
             elif node.op == "get_attr":
                 self.env[node] = getattr(self.gm, node.target)
+            elif _is_size(node) and node not in self.const:
+                self.env[node] = to_expr(node.meta["val"])
             elif node.op == "call_function" and (node.users or functional_form(node.target) is not None):
                 # (a result nobody reads is not computed, unless the operator writes its input)
                 self.env[node] = self.fold(node) if node in self.const else self.call(node)
@@ -168,14 +194,20 @@ class _Interpreter:
         raise FrontendError("the ATen graph has no output node")
 
     def placeholder(self, node: Node, position: int) -> None:
-        value = self.args[position]
+        value, val = self.args[position], node.meta.get("val")
         if not self.is_input[position]:
-            self.env[node] = value
+            self.env[node] = to_expr(val) if is_symbolic(val) else value
             return
         name = self.input_names[node] = self.names[position]
         if value.device.type != "cpu":
             raise FrontendError(f"input '{name}' is on {value.device}; the CPU backend takes CPU tensors")
-        t = graph_input(tuple(value.shape), dtype_of(value.dtype), name=name)
+        if is_symbolic(val):
+            t = Tensor(tuple(to_expr(d) for d in val.shape), dtype_of(value.dtype), name=name)
+            for d in val.shape:
+                if isinstance(d, torch.SymInt) and d.node.expr.is_Symbol:
+                    self.hints[str(d.node.expr)] = int(d.node.hint)
+        else:
+            t = graph_input(tuple(value.shape), dtype_of(value.dtype), name=name)
         self.inputs.append(t)
         self.input_positions.append(position)
         self.env[node] = t
@@ -199,7 +231,7 @@ class _Interpreter:
             value = self.env[source][index]
             if callable(value):
                 value = value()  # a result computed only when the graph reads it
-            return _check(node, value)
+            return _check(node, value, self.hints)
         convert = lookup(node.target)
         try:
             value = convert(*self.arg(node.args), **self.arg(node.kwargs))
@@ -211,9 +243,9 @@ class _Interpreter:
         if isinstance(value, (tuple, list)):
             want = node.meta.get("val")
             if isinstance(want, (tuple, list)) and len(want) == len(value):
-                return tuple(v if callable(v) else _check(_Sub(node, w), v) for v, w in zip(value, want))
+                return tuple(v if callable(v) else _check(_Sub(node, w), v, self.hints) for v, w in zip(value, want))
             return tuple(value)
-        value = _check(node, value)
+        value = _check(node, value, self.hints)
         if functional_form(node.target) is not None:  # in place: later readers of the input see the result
             target = node.args[0]
             if target in self.const or target.op == "placeholder":

@@ -103,13 +103,22 @@ def decomposition_table() -> dict[Any, Any]:
     return table
 
 
-def lower_to_aten(gm: torch.fx.GraphModule, args: Sequence[Any]) -> torch.fx.GraphModule:
+def lower_to_aten(gm: torch.fx.GraphModule, args: Sequence[Any], symbolic: bool = False) -> torch.fx.GraphModule:
     """``gm`` re-traced on ``args`` (real tensors) as a graph of core ATen operators, functional
     (no in-place operators), for inference. Each node's ``meta['val']`` records the shape and
-    dtype torch computes for it."""
-    functional = torch.func.functionalize(gm, remove="mutations")
-    with torch.no_grad():
-        lowered = make_fx(functional, decomposition_table=decomposition_table(), tracing_mode="real")(*args)
+    dtype torch computes for it.
+
+    ``symbolic``: traced instead on dynamo's fake inputs, in its shape environment, so that
+    sizes stay SymInts (:mod:`~taskloom.frontend.torch_symbolic`); not functionalized, which
+    would specialize them (the converter applies in-place operators to later readers)."""
+    if symbolic:
+        from taskloom.frontend.torch_symbolic import traced_inputs
+        with torch.no_grad(), traced_inputs(gm, args) as inputs:
+            lowered = make_fx(gm, decomposition_table=decomposition_table(), tracing_mode="symbolic")(*inputs)
+    else:
+        functional = torch.func.functionalize(gm, remove="mutations")
+        with torch.no_grad():
+            lowered = make_fx(functional, decomposition_table=decomposition_table(), tracing_mode="real")(*args)
     restrides_as_views(lowered)
     return lowered
 

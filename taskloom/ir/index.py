@@ -20,6 +20,11 @@ def is_unit(d: Dim) -> bool:
     return (isinstance(d, int) and d == 1) or (isinstance(d, Expr) and is_const(d, 1))
 
 
+def is_zero(d: Dim) -> bool:
+    """Whether a dimension is the literal size 0 (a symbolic size is not)."""
+    return (isinstance(d, int) and d == 0) or (isinstance(d, Expr) and is_const(d, 0))
+
+
 def round_up(x: int, m: int) -> int:
     """``x`` rounded up to a multiple of ``m`` (positive ints): ``round_up(70, 16) == 80``."""
     return -(-x // m) * m

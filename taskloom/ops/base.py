@@ -127,13 +127,15 @@ def check_size(op: str, what: str, shape: Sequence[Any], dtype: T.DataType | Non
 
 def apply(op: str, inputs: Sequence[Tensor], names: Sequence[str],
           build: Callable[..., GridCompute | Sequence[GridCompute]],
-          attrs: dict[str, Any] | None = None, static_dims: bool = False) -> list[Tensor]:
+          attrs: dict[str, Any] | None = None, static_dims: bool = False, trace: bool = False) -> list[Tensor]:
     """Applies an operator: ``build(*placeholders)`` gives its output computes.
 
     ``static_dims`` keeps the input sizes as ints, for operators whose definition depends
     on a size itself (a reshape's target, a slice's bounds resolved against a size).
+    ``trace`` records the operator in the graph being traced even without traced inputs
+    (a tensor whose size is a symbol of that graph).
     """
-    tracing = not all(t.is_concrete for t in inputs)
+    tracing = trace or not all(t.is_concrete for t in inputs)
     for t, n in zip(inputs, names):
         if all(isinstance(d, int) for d in t.shape):
             check_size(op, f"'{n}'", t.shape, t.dtype)

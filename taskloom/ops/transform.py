@@ -23,7 +23,7 @@ from taskloom.graph.tensor import Tensor
 from taskloom.ir import dtypes as T
 from taskloom.ir import expr as E
 from taskloom.ir.compute import GridCompute, TensorInput, compute
-from taskloom.ir.index import prod, row_major_offset, unravel
+from taskloom.ir.index import is_zero, prod, row_major_offset, unravel
 from taskloom.ops.base import apply, as_tensor, is_unit, normalize_axes, normalize_axis
 
 __all__ = ["reshape", "flatten", "squeeze", "unsqueeze", "transpose", "permute", "expand",
@@ -52,6 +52,20 @@ def _ints(op: str, arg: str, v: Any) -> tuple[int, ...]:
     if isinstance(v, (list, tuple, np.ndarray)):
         return tuple(_int(op, arg, x) for x in v)
     return (_int(op, arg, v),)
+
+
+def _dims(op: str, arg: str, v: Any) -> tuple[Dim, ...]:
+    """A sequence of ints and symbolic sizes (expressions, kept as they are) as a tuple."""
+    if isinstance(v, (list, tuple)) and any(isinstance(x, E.Expr) for x in v):
+        return tuple(x if isinstance(x, E.Expr) else _int(op, arg, x) for x in v)
+    return _ints(op, arg, v)
+
+
+def _same_dim(a: Dim, b: Dim) -> bool:
+    """Whether two sizes are known to be equal: equal ints, or the same expression."""
+    if isinstance(a, E.Expr) or isinstance(b, E.Expr):
+        return E.as_expr(a) == E.as_expr(b)
+    return a == b
 
 
 def _sizes(op: str, arg: str, shape: Any) -> tuple[int, ...]:
@@ -117,8 +131,8 @@ def _symbols(placeholders: Sequence[TensorInput], tensors: Sequence[Tensor]) -> 
     out: dict[int, Dim] = {}
     for p, t in zip(placeholders, tensors):
         for d, n in zip(p.shape, t.shape):
-            if not isinstance(d, E.Constant):
-                out.setdefault(int(n), d)
+            if not isinstance(d, E.Constant) and isinstance(n, int):  # (a traced symbol stands for itself)
+                out.setdefault(n, d)
     return out
 
 
@@ -246,6 +260,9 @@ def reshape(x: Any, shape: int | Sequence[int]) -> Tensor:
     """
     op = "reshape"
     x = as_tensor(op, "x", x)
+    if any(isinstance(d, E.Expr) for d in (*x.shape, *(shape if isinstance(shape, (list, tuple)) else ()))):
+        dims = _symbolic_target(op, x.shape, shape)
+        return _reshape_apply(op, x, dims, {"shape": dims})
     dims = _ints(op, "shape", shape)
     if sum(d == -1 for d in dims) > 1:
         raise OpError(f"{op}(): 'shape'={dims} has more than one -1 (at most one size can be inferred)")
@@ -265,6 +282,28 @@ def reshape(x: Any, shape: int | Sequence[int]) -> Tensor:
         raise OpError(f"{op}(): cannot reshape a tensor of shape {x.shape} ({total} elements) into "
                       f"'shape'={dims} ({known} elements)")
     return _reshape_apply(op, x, dims, {"shape": dims})
+
+
+def _symbolic_target(op: str, src: Sequence[Dim], shape: Sequence[Any]) -> tuple[Dim, ...]:
+    """A reshape's target where sizes are symbolic (a traced graph with symbolic dimensions):
+    ints and expressions, one -1 inferred where the products' symbolic factors allow."""
+    dims = [d if isinstance(d, E.Expr) else _int(op, "shape", d) for d in shape]
+    free = [k for k, d in enumerate(dims) if isinstance(d, int) and d == -1]
+    if len(free) > 1 or any(isinstance(d, int) and d < -1 for d in dims):
+        raise OpError(f"{op}(): 'shape'={tuple(dims)} must hold sizes >= 0 and at most one -1")
+    (tc, tf), (kc, kf) = _product_key(src), _product_key([d for k, d in enumerate(dims) if k not in free])
+    if free:
+        if kc == 0 or tc % kc or kf - tf:
+            raise OpError(f"{op}(): cannot infer the -1 of 'shape'={tuple(dims)} from the shape {tuple(src)}")
+        rest: Dim = tc // kc
+        for factor, n in (tf - kf).items():
+            for _ in range(n):
+                rest = rest * factor
+        dims[free[0]] = rest
+    elif (tc, tf) != (kc, kf):
+        raise OpError(f"{op}(): cannot reshape a tensor of shape {tuple(src)} into 'shape'={tuple(dims)}: the "
+                      "numbers of elements differ (or cannot be shown equal for symbolic sizes)")
+    return tuple(dims)
 
 
 def flatten(x: Any, start_dim: int = 0, end_dim: int = -1) -> Tensor:
@@ -377,7 +416,8 @@ def _broadcast_apply(op: str, x: Tensor, target: tuple[int, ...]) -> Tensor:
                  for k, d in enumerate(target)]
         return compute(op, shape, lambda *i: X[tuple(0 if is_unit(X.shape[k]) else i[lead + k]
                                                      for k in range(x.ndim))])
-    return apply(op, [x], ["x"], build, {"shape": target})[0]
+    return apply(op, [x], ["x"], build, {"shape": target},
+                 trace=any(isinstance(d, E.Expr) for d in target))[0]
 
 
 def expand(x: Any, shape: Sequence[int]) -> Tensor:
@@ -387,12 +427,18 @@ def expand(x: Any, shape: Sequence[int]) -> Tensor:
     """
     op = "expand"
     x = as_tensor(op, "x", x)
-    dims = _ints(op, "shape", shape)
+    dims = _dims(op, "shape", shape)
     if len(dims) < x.ndim:
         raise OpError(f"{op}(): 'shape'={dims} has fewer dimensions than the {x.ndim}-d tensor {x.shape}")
     lead = len(dims) - x.ndim
-    target = []
+    target: list[Dim] = []
     for k, d in enumerate(dims):
+        if isinstance(d, E.Expr):  # a symbolic size: a new dimension, a unit one grown, or the same
+            if k >= lead and not is_unit(x.shape[k - lead]) and not _same_dim(x.shape[k - lead], d):
+                raise OpError(f"{op}(): cannot expand dimension {k - lead} of size {x.shape[k - lead]} to {d} "
+                              f"in 'shape'={dims} (only size-1 dimensions grow; shape {x.shape})")
+            target.append(d)
+            continue
         if d < -1 or (d == -1 and k < lead):
             raise OpError(f"{op}(): 'shape'={dims} has the size {d} at dimension {k} (sizes are >= 0; "
                           "-1 keeps an existing dimension)")
@@ -400,7 +446,7 @@ def expand(x: Any, shape: Sequence[int]) -> Tensor:
             n = x.shape[k - lead]
             if d == -1:
                 d = n
-            elif n != 1 and d != n:
+            elif not is_unit(n) and not _same_dim(n, d):
                 raise OpError(f"{op}(): cannot expand dimension {k - lead} of size {n} to {d} in "
                               f"'shape'={dims} (only size-1 dimensions grow; shape {x.shape})")
         target.append(d)
@@ -413,12 +459,14 @@ def broadcast_to(x: Any, shape: Sequence[int]) -> Tensor:
     """
     op = "broadcast_to"
     x = as_tensor(op, "x", x)
-    target = _sizes(op, "shape", shape)
+    target = _dims(op, "shape", shape)
+    if any(isinstance(d, int) and d < 0 for d in target):
+        raise OpError(f"{op}(): 'shape'={target} has a negative size (sizes must be >= 0)")
     if len(target) < x.ndim:
         raise OpError(f"{op}(): 'shape'={target} has fewer dimensions than the {x.ndim}-d tensor {x.shape}")
     lead = len(target) - x.ndim
     for k, n in enumerate(x.shape):
-        if n != 1 and n != target[lead + k]:
+        if not is_unit(n) and not _same_dim(n, target[lead + k]):
             raise OpError(f"{op}(): a tensor of shape {x.shape} cannot be broadcast to 'shape'={target} "
                           f"(dimension {k} is {n}, the target {target[lead + k]})")
     return _broadcast_apply(op, x, target)
@@ -454,7 +502,7 @@ def concat(tensors: Sequence[Any], axis: int = 0) -> Tensor:
         parts: list[tuple[TensorInput, Dim, Dim]] = []  # (input, first and end position along axis)
         total: Dim = 0
         for P, t in zip(X, xs):
-            if t.shape[ax]:  # an input empty along the axis contributes nothing
+            if not is_zero(t.shape[ax]):  # an input empty along the axis contributes nothing
                 end = P.shape[ax] if isinstance(total, int) and total == 0 else total + P.shape[ax]
                 parts.append((P, total, end))
                 total = end
@@ -490,7 +538,8 @@ def _slices(op: str, x: Tensor, ax: int, pieces: list[tuple[int, int, int]]) -> 
     """The pieces ``(start, length, step)`` of ``x`` along ``ax``, all in one task; empty
     pieces are made directly (the executor skips a task with an empty output)."""
     out: list[Tensor | None] = [None] * len(pieces)
-    live = [k for k, (_, n, _) in enumerate(pieces) if n > 0 and 0 not in x.shape]
+    live = [k for k, (_, n, _) in enumerate(pieces)
+            if (isinstance(n, E.Expr) or n > 0) and not any(is_zero(d) for d in x.shape)]
     for k, (_, n, _) in enumerate(pieces):
         if k not in live:
             shape = tuple(n if d == ax else s for d, s in enumerate(x.shape))
@@ -507,7 +556,8 @@ def _slices(op: str, x: Tensor, ax: int, pieces: list[tuple[int, int, int]]) -> 
                 outs.append(compute(name, shape, _strided_read(X, ax, start, step)))
             return outs
         attrs = {"axis": ax, "pieces": tuple(pieces[k] for k in live)}
-        for k, t in zip(live, apply(op, [x], ["x"], build, attrs)):
+        symbolic = any(isinstance(d, E.Expr) for k in live for d in pieces[k][:2])  # a traced graph's size
+        for k, t in zip(live, apply(op, [x], ["x"], build, attrs, trace=symbolic)):
             out[k] = t
     return out  # type: ignore[return-value]
 
@@ -550,12 +600,36 @@ def slice(x: Any, axis: int, start: int | None, stop: int | None, step: int = 1)
     if x.ndim == 0:
         raise OpError(f"{op}(): 'x' is 0-d; only tensors with at least one dimension can be sliced")
     ax = normalize_axis(op, axis, x.ndim)
+    if any(isinstance(v, E.Expr) for v in (start, stop, x.shape[ax])):
+        return _slices(op, x, ax, [_symbolic_piece(op, x.shape[ax], start, stop, step)])[0]
     b = [None if v is None else _int(op, name, v) for name, v in (("start", start), ("stop", stop))]
     st = _int(op, "step", step)
     if st <= 0:
         raise OpError(f"{op}(): 'step'={st} must be positive")
     r = range(*builtins.slice(b[0], b[1], st).indices(x.shape[ax]))
     return _slices(op, x, ax, [(r.start if len(r) else 0, len(r), st)])[0]
+
+
+def _symbolic_piece(op: str, size: Dim, start: Any, stop: Any, step: Any) -> tuple[Dim, Dim, int]:
+    """``(start, length, step)`` of a slice where a bound or the size is symbolic: negative
+    ints count from the end, and the bounds are taken to lie inside the size (what the
+    tracer's guards hold for a graph with symbolic sizes)."""
+    st = _int(op, "step", step)
+    if st <= 0:
+        raise OpError(f"{op}(): 'step'={st} must be positive")
+
+    def bound(v: Any, default: Dim) -> Dim:
+        if v is None:
+            return default
+        if isinstance(v, E.Expr):
+            return v
+        v = _int(op, "bound", v)
+        if v < 0:
+            return size + v if isinstance(size, E.Expr) else max(size + v, 0)
+        return size if isinstance(size, int) and v > size else (size if v >= 2 ** 62 else v)
+    b, e = bound(start, 0), bound(stop, size)
+    length = E.cdiv(E.as_expr(e) - b, st) if st != 1 else (e if isinstance(b, int) and b == 0 else E.as_expr(e) - b)
+    return b, length, st
 
 
 # ----------------------------------------------------------------------------- gathers
@@ -747,6 +821,8 @@ def arange(start: float, stop: float | None = None, step: float = 1, dtype: Any 
     (in int64 for integer results).
     """
     op = "arange"
+    if isinstance(stop if stop is not None else start, E.Expr):
+        return _symbolic_arange(op, start, stop, step, dtype)
     vals = []
     for arg, v in (("start", start), ("stop", stop), ("step", step)):
         if v is None and arg == "stop":
@@ -776,6 +852,22 @@ def arange(start: float, stop: float | None = None, step: float = 1, dtype: Any 
         return compute(op, [n], lambda i: E.cast(E.cast(i, T.float64) * E.Constant(float(step), T.float64)
                                                  + E.Constant(float(start), T.float64), dt))
     return apply(op, [], [], build, {"start": start, "step": step, "n": n})[0]
+
+
+def _symbolic_arange(op: str, start: Any, stop: Any, step: Any, dtype: Any) -> Tensor:
+    """``arange`` up to a symbolic size (a traced graph's sequence length): integer steps,
+    recorded in the graph, since its length is known only per call."""
+    start, stop = (0, start) if stop is None else (start, stop)
+    if not all(isinstance(v, int) for v in (start, step)) or step <= 0:
+        raise OpError(f"{op}(): with the symbolic end {stop}, 'start' and 'step' must be ints and 'step' > 0, "
+                      f"got start={start!r}, step={step!r}")
+    dt = T.int64 if dtype is None else _dtype(op, dtype)
+    n = E.cdiv(E.as_expr(stop) - start, step) if step != 1 or start else stop
+
+    def build() -> GridCompute:
+        return compute(op, [n], lambda i: E.cast(E.cast(i, T.int64) * E.Constant(step, T.int64)
+                                                 + E.Constant(start, T.int64), dt))
+    return apply(op, [], [], build, {"start": start, "step": step}, trace=True)[0]
 
 
 def _full(op: str, shape: Any, value: Any, dtype: Any) -> Tensor:

@@ -22,6 +22,7 @@ from taskloom.runtime.device import CpuDevice, pointer_table
 from taskloom.runtime.dlpack import array_view
 from taskloom.runtime.dlpack import as_torch as as_torch_tensor
 from taskloom.runtime.library_file import LoadedLibrary, load_private
+from taskloom.runtime.shape_binding import ShapeBinder
 from taskloom.runtime.status import Status, raise_failure
 
 ENTRY = "taskloom_graph"
@@ -62,7 +63,10 @@ class CompiledGraph:
         # the launcher's last argument: the status its kernels' run-time checks report to
         self._status = Status() if meta.get("status") else None
         self._status_arg = () if self._status is None else (ctypes.c_void_p(ctypes.addressof(self._status)),)
-        self._entry.argtypes = [ctypes.c_void_p] * (4 + len(self._status_arg))
+        # a dynamic graph binds its symbols per call (and takes the sym and off tables)
+        self._binder = ShapeBinder(meta, str(self.lib_path)) if meta.get("dynamic") else None
+        self._extra = 3 if self._binder is not None else 0
+        self._entry.argtypes = [ctypes.c_void_p] * (4 + len(self._status_arg) + self._extra)
         self._entry.restype = None
         self._w = pointer_table([u.ptr for u in uploaded])
         self._arena = self.device.allocate(max(int(meta["arena_bytes"]), 1), "the arena of its intermediates")
@@ -73,19 +77,30 @@ class CompiledGraph:
         self.inputs = meta["inputs"]
         self.outputs = meta["outputs"]
         # what a call checks and allocates, worked out once (a call costs microseconds of Python)
-        self._in_types = [(_np_dtype_or_none(i["dtype"]), tuple(i["shape"])) for i in self.inputs]
-        self._out_types = [(_np_dtype_or_none(o["dtype"]) or o["dtype"], tuple(o["shape"])) for o in self.outputs]
+        # (a dynamic graph's shapes are None here: the binder checks them)
+        self._in_types = [(_np_dtype_or_none(i["dtype"]), self._static(i["shape"])) for i in self.inputs]
+        self._out_types = [(_np_dtype_or_none(o["dtype"]) or o["dtype"], self._static(o["shape"]))
+                           for o in self.outputs]
         # the pointer tables and the arena's address, filled in under the lock on each call
         self._in_ptrs = (ctypes.c_void_p * max(len(self.inputs), 1))()
         self._out_ptrs = (ctypes.c_void_p * max(len(self.outputs), 1))()
         self._arena_arg = ctypes.c_void_p(self._arena_ptr)
         self._torch_types: tuple[Any, list[Any], list[Any] | None] | None = None  # on the first torch call
 
+    def _static(self, shape: list[Any]) -> tuple[int, ...] | None:
+        return None if self._binder is not None else tuple(shape)
+
     # ------------------------------------------------------------------ calling
     @property
     def arena_bytes(self) -> int:
-        """The peak memory of the intermediates (one arena, reused across calls)."""
-        return int(self.meta["arena_bytes"])
+        """The peak memory of the intermediates (one arena, reused across calls; a dynamic
+        graph's grows to the largest call so far)."""
+        return max(int(self.meta["arena_bytes"]), self._arena.nbytes if self._binder is not None else 0)
+
+    @property
+    def symbols(self) -> dict[str, tuple[int, int]]:
+        """A dynamic graph's symbols and the range of each; empty for static shapes."""
+        return dict(self._binder.ranges) if self._binder is not None else {}
 
     def set_num_threads(self, n: int) -> None:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -94,22 +109,33 @@ class CompiledGraph:
 
     def __call__(self, *args: Any) -> Any:
         keep: list[Any] = []  # the inputs' keep-alives, until the native call returns
-        ptrs, as_torch = self._input_pointers(args, keep)
-        outs, outptrs = self._new_outputs(as_torch)
+        ptrs, as_torch, shapes = self._input_pointers(args, keep)
+        binding = self._binder.bind(shapes) if self._binder is not None else None
+        outs, outptrs = self._new_outputs(as_torch, binding.output_shapes if binding is not None else None)
         with self._lock:
             ins, outp = self._in_ptrs, self._out_ptrs
             ins[:len(ptrs)] = ptrs
             outp[:len(outptrs)] = outptrs
+            sizes: tuple[Any, ...] = ()
+            if binding is not None:
+                self._grow_arena(binding.arena_bytes)
+                sizes = (binding.sym, binding.off, binding.var)
             if self._profile is None:
-                self._entry(self._w, ins, outp, self._arena_arg, *self._status_arg)
+                self._entry(self._w, ins, outp, self._arena_arg, *self._status_arg, *sizes)
             else:
                 ms = np.zeros(max(len(self.meta["kernels"]), 1), np.float64)
-                self._profile_fn(self._w, ins, outp, self._arena_arg, *self._status_arg,
+                self._profile_fn(self._w, ins, outp, self._arena_arg, *self._status_arg, *sizes,
                                  ctypes.c_void_p(ms.ctypes.data))
                 self._profile.append(ms)
             if self._status is not None and self._status.check:  # a run-time check failed
                 raise_failure(self._status, self._lib, "the compiled graph")
         return self._finish(args, outs, as_torch)
+
+    def _grow_arena(self, nbytes: int) -> None:
+        """A dynamic graph's arena, made large enough for this call (under the lock)."""
+        if nbytes > self._arena.nbytes:
+            self._arena = self.device.allocate(nbytes, "the arena of its intermediates")
+            self._arena_arg = ctypes.c_void_p(self._arena.ptr)
 
     @contextlib.contextmanager
     def profiling(self) -> Iterator[list[dict[str, Any]]]:
@@ -151,34 +177,38 @@ class CompiledGraph:
             fn = getattr(self._lib, PROFILE_ENTRY)
         except AttributeError:
             raise LoadError(f"{self.lib_path} has no profiling entry; compile the model again to profile it") from None
-        fn.argtypes, fn.restype = [ctypes.c_void_p] * (5 + len(self._status_arg)), None
+        fn.argtypes, fn.restype = [ctypes.c_void_p] * (5 + len(self._status_arg) + self._extra), None
         return fn
 
-    def _input_pointers(self, args: Sequence[Any], keep: list[Any]) -> tuple[list[int], bool]:
-        """The data pointers of ``args``, checked against the inputs, and whether any is a torch
-        tensor; what must stay alive while the pointers are used goes to ``keep``. A call on
+    def _input_pointers(self, args: Sequence[Any], keep: list[Any]) -> tuple[list[int], bool, list[tuple]]:
+        """The data pointers of ``args``, checked against the inputs, whether any is a torch
+        tensor, and their shapes; what must stay alive while the pointers are used goes to ``keep``. A call on
         small tensors costs microseconds of Python, so the common cases (a C-contiguous numpy
         array or CPU tensor of the right dtype and shape) take a dozen attribute reads; anything
         else takes the general path, which also names what is wrong."""
         if len(args) != len(self.inputs):
             names = ", ".join(i["name"] for i in self.inputs)
             raise ArgumentError(f"the compiled graph takes {len(self.inputs)} input(s) ({names}), got {len(args)}")
-        ptrs, as_torch = [], False
+        ptrs, as_torch, shapes = [], False, []
         for k, ((dtype, shape), a) in enumerate(zip(self._in_types, args)):
             keep.append(a)
             if type(a) is np.ndarray:
-                if a.dtype == dtype and a.shape == shape and a.flags.c_contiguous:
+                if a.dtype == dtype and (a.shape == shape or shape is None) and a.flags.c_contiguous:
                     ptrs.append(a.ctypes.data)
+                    shapes.append(a.shape)
                     continue
             elif type(a).__module__.startswith("torch"):
                 as_torch = True
                 torch, in_dtypes, _ = self._torch()
-                if (isinstance(a, torch.Tensor) and a.dtype == in_dtypes[k] and a.shape == shape and a.is_cpu
-                        and not a.requires_grad and a.is_contiguous()):
+                if (isinstance(a, torch.Tensor) and a.dtype == in_dtypes[k] and (shape is None or a.shape == shape)
+                        and a.is_cpu and not a.requires_grad and a.is_contiguous()):
                     ptrs.append(a.data_ptr())
+                    shapes.append(tuple(a.shape))
                     continue
-            ptrs.append(self._input_pointer(self.inputs[k], a, keep))
-        return ptrs, as_torch
+            ptr, got = self._input_pointer(self.inputs[k], a, keep, shape is None)
+            ptrs.append(ptr)
+            shapes.append(got)
+        return ptrs, as_torch, shapes
 
     def _torch(self) -> tuple[Any, list[Any], list[Any] | None]:
         """``(torch, the inputs' torch dtypes, the outputs' or None)``, worked out on the
@@ -195,15 +225,17 @@ class CompiledGraph:
             self._torch_types = (torch, [torch_dtype(i["dtype"]) for i in self.inputs], outs if plain else None)
         return self._torch_types
 
-    def _new_outputs(self, as_torch: bool) -> tuple[list[Any], list[int]]:
+    def _new_outputs(self, as_torch: bool, shapes: Sequence[tuple[int, ...]] | None = None
+                     ) -> tuple[list[Any], list[int]]:
         """Fresh outputs (torch tensors for a torch call, whose allocator aligns to 64 bytes)
-        and their data pointers."""
+        and their data pointers; ``shapes``: a dynamic graph's, for this call."""
+        types = self._out_types if shapes is None else [(d, s) for (d, _), s in zip(self._out_types, shapes)]
         torch, _, dtypes = self._torch() if as_torch else (None, None, None)
         if dtypes is not None:
-            outs = [torch.empty(shape, dtype=d) for (_, shape), d in zip(self._out_types, dtypes)]
+            outs = [torch.empty(shape, dtype=d) for (_, shape), d in zip(types, dtypes)]
             return outs, [o.data_ptr() for o in outs]
         outs, ptrs = [], []
-        for k, (dtype, shape) in enumerate(self._out_types):
+        for k, (dtype, shape) in enumerate(types):
             try:
                 o, ptr = aligned_empty_at(shape, dtype)
             except MemoryError:
@@ -226,7 +258,10 @@ class CompiledGraph:
             outs = [as_torch_tensor(o) for o in outs]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
-    def _input_pointer(self, spec: dict[str, Any], a: Any, keep: list) -> int:
+    def _input_pointer(self, spec: dict[str, Any], a: Any, keep: list, symbolic: bool = False
+                       ) -> tuple[int, tuple[int, ...]]:
+        """The data pointer and shape of input ``a``, checked (its shape by the binder when
+        ``symbolic``)."""
         name, want_dtype, want_shape = spec["name"], spec["dtype"], tuple(spec["shape"])
         try:
             view = array_view(a)
@@ -237,12 +272,12 @@ class CompiledGraph:
         keep.append(view.keepalive)
         if view.dtype != want_dtype:
             raise ArgumentError(f"input '{name}' must be {want_dtype}, got {view.dtype}")
-        if tuple(view.shape) != want_shape:
+        if not symbolic and tuple(view.shape) != want_shape:
             raise ArgumentError(f"input '{name}' must have shape {want_shape}, got {tuple(view.shape)}")
         if not view.c_contiguous:
             raise ArgumentError(f"input '{name}' is not C-contiguous; pass np.ascontiguousarray(x) "
                                 "or x.contiguous() (that copies)")
-        return view.data
+        return view.data, tuple(view.shape)
 
     # ------------------------------------------------------------------ save / load
     def save(self, path: str | os.PathLike, *, key: str | bytes | None = None) -> None:

@@ -257,9 +257,14 @@ def _check_constant(c: Any, k: int, start: int, where: str) -> int:
     return start + nbytes
 
 
-def _check_shape(shape: Any, what: str) -> None:
-    if not isinstance(shape, list) or len(shape) > 64 or not all(_is_int(d) and d >= 0 for d in shape):
-        raise LoadError(f"{what} has shape {shape!r}; a shape is a list of at most 64 non-negative ints")
+def _check_shape(shape: Any, what: str, symbolic: bool = False) -> None:
+    """A list of at most 64 sizes: non-negative ints, or in a dynamic graph (``symbolic``) also
+    short strings, which :class:`~taskloom.runtime.shape_binding.ShapeBinder` parses."""
+    def ok(d: Any) -> bool:
+        return (_is_int(d) and d >= 0) or (symbolic and isinstance(d, str) and 0 < len(d) <= 200)
+    if not isinstance(shape, list) or len(shape) > 64 or not all(ok(d) for d in shape):
+        kinds = "non-negative ints or symbolic sizes" if symbolic else "non-negative ints"
+        raise LoadError(f"{what} has shape {_short(shape)}; a shape is a list of at most 64 {kinds}")
 
 
 def _check_meta(meta: dict[str, Any], table: list[dict[str, Any]], where: str) -> None:
@@ -272,11 +277,13 @@ def _check_meta(meta: dict[str, Any], table: list[dict[str, Any]], where: str) -
             if not isinstance(s, dict) or not isinstance(s.get("name"), str) or s.get("dtype") not in DTYPE_NAMES:
                 raise LoadError(f"{where}: {kind} {k} is {_short(s)}; it must have a name (str) and a "
                                 f"dtype among {', '.join(DTYPE_NAMES)}")
-            _check_shape(s.get("shape"), f"{where}: {kind} {k}")
+            _check_shape(s.get("shape"), f"{where}: {kind} {k}", "dynamic" in meta)
     for j, o in enumerate(outs):
         _check_copy(o, j, {"in": ins, "w": table, "out": outs[:j]}, where)
     if not _is_int(meta.get("arena_bytes")) or meta["arena_bytes"] < 0:
         raise LoadError(f"{where}: arena_bytes is {meta.get('arena_bytes')!r}; it must be a non-negative int")
+    if "dynamic" in meta:
+        _check_dynamic(meta, where)
     kernels = meta.get("kernels")
     if not isinstance(kernels, list) or not all(_kernel_ok(k) for k in kernels):
         raise LoadError(f"{where}: meta['kernels'] is {_short(kernels)}; it must list objects with a name "
@@ -286,6 +293,31 @@ def _check_meta(meta: dict[str, Any], table: list[dict[str, Any]], where: str) -
         _check_cuda_meta(meta, table, where)
     elif not isinstance(target, dict) or not isinstance(target.get("isa"), list):
         raise LoadError(f"{where}: meta['target'] is {_short(target)}; it must describe a CPU or CUDA target")
+
+
+def _check_dynamic(meta: dict[str, Any], where: str) -> None:
+    """A dynamic graph's symbols and slots, by structure; the binder parses their sizes."""
+    dyn = meta["dynamic"]
+    symbols = dyn.get("symbols") if isinstance(dyn, dict) else None
+    slots = dyn.get("slots") if isinstance(dyn, dict) else None
+    if not isinstance(symbols, list) or not all(
+            isinstance(s, dict) and isinstance(s.get("name"), str) and _is_int(s.get("min")) and _is_int(s.get("max"))
+            and 0 <= s["min"] <= s["max"] for s in symbols):
+        raise LoadError(f"{where}: meta['dynamic']['symbols'] is {_short(symbols)}; it must list objects with a "
+                        "name (str) and a range (min <= max, ints >= 0)")
+    if not isinstance(slots, list) or not all(
+            isinstance(s, dict) and isinstance(s.get("elements"), (int, str)) and _is_int(s.get("itemsize"))
+            and _is_int(s.get("first")) and _is_int(s.get("last")) for s in slots):
+        raise LoadError(f"{where}: meta['dynamic']['slots'] is {_short(slots)}; it must list objects with "
+                        "elements, itemsize, first and last")
+    ladders = [s.get("ladder") for s in symbols]
+    if not all(isinstance(r, list) and 0 < len(r) <= 64 and all(_is_int(v) and v >= 0 for v in r) for r in ladders):
+        raise LoadError(f"{where}: a symbol's ladder is not a list of sizes: {_short(ladders)}")
+    tables = dyn.get("variants")
+    if not isinstance(tables, list) or not all(isinstance(t, list) and all(_is_int(v) and 0 <= v < 16 for v in t)
+                                               for t in tables):
+        raise LoadError(f"{where}: meta['dynamic']['variants'] is {_short(tables)}; it must list tables of "
+                        "variant numbers")
 
 
 #: Where a CUDA graph's kernel arguments live (the launcher's tables and its arena).

@@ -148,6 +148,12 @@ def parse_signature(data: Mapping[str, Any]) -> Signature:
 
 # -- shape entries -----------------------------------------------------------------------
 
+def parse_dim(entry: Any, names: set[str], where: str) -> int | str | ShapeExpr:
+    """A shape entry (an int, a name among ``names``, or an expression over them) as an int,
+    the name, or a :class:`ShapeExpr`; a :class:`LoadError` saying ``where`` otherwise."""
+    return _parse_dim(entry, names, where)
+
+
 def _parse_dim(entry: Any, int_scalars: set[str], where: str) -> int | str | ShapeExpr:
     if isinstance(entry, bool) or not isinstance(entry, (int, str)):
         raise LoadError(f"{where}: shape entry {entry!r} must be an int or a string")

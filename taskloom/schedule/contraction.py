@@ -16,6 +16,10 @@ with their prologues inlined (``a``, ``b``), and the epilogue (``epilogue``): th
 element in terms of ``acc``, the sum. Fusion keeps the row-major order of the anchor's
 result (:func:`taskloom.ir.compute.preserves_order`), so output element ``(b, m, n)``
 sits at offset ``(b * M + m) * N + n`` of the group's output.
+
+Sizes may be symbolic (a graph compiled for every batch or sequence length): ``Bt``, ``M``,
+``N`` and ``K`` are then expressions of the task's symbols, and :attr:`Contraction.hint`
+gives the ints a config is chosen for, each symbol at :data:`SYMBOL_HINT`.
 """
 from __future__ import annotations
 
@@ -26,8 +30,13 @@ from taskloom.ir import expr as E
 from taskloom.ir.compute import GridCompute, ReduceCompute, Task, inline
 from taskloom.ir.dtypes import DataType, float32, index_type
 from taskloom.ir.functor import Rewriter, collect, substitute
-from taskloom.ir.index import row_major_offset, unravel
+from taskloom.ir.index import is_unit, prod, row_major_offset, unravel
 from taskloom.ir.arith import simplify_expr
+
+
+#: The value each symbol of a symbolic contraction takes when its config is chosen: the
+#: sizes a dynamic graph is tuned for until configs are chosen per range of sizes.
+SYMBOL_HINT = 128
 
 
 @dataclass(frozen=True)
@@ -35,10 +44,10 @@ class Contraction:
     """A task read as ``out[(b*M + m)*N + n] = epilogue(acc = sum_k a(b, m, k) * b(b, k, n))``."""
 
     task: Task
-    batch: int
-    M: int
-    N: int
-    K: int
+    batch: int | E.Expr
+    M: int | E.Expr
+    N: int | E.Expr
+    K: int | E.Expr
     vb: E.Var
     vm: E.Var
     vn: E.Var
@@ -50,23 +59,50 @@ class Contraction:
     output: GridCompute
 
     @property
-    def shape(self) -> tuple[int, int, int, int]:
+    def shape(self) -> tuple:
+        """``(Bt, M, N, K)``: ints, or expressions of the task's symbols."""
         return (self.batch, self.M, self.N, self.K)
 
     @property
-    def bounds(self) -> dict[E.Var, tuple[int, int]]:
-        return {self.vb: (0, self.batch - 1), self.vm: (0, self.M - 1), self.vn: (0, self.N - 1),
-                self.vk: (0, self.K - 1)}
+    def static(self) -> bool:
+        return all(isinstance(d, int) for d in self.shape)
+
+    @property
+    def hint(self) -> tuple[int, int, int, int]:
+        """The shape as ints, each symbol at :data:`SYMBOL_HINT`: what a config is chosen for."""
+        if self.static:
+            return self.shape  # type: ignore[return-value]
+        values = {v: E.as_expr(SYMBOL_HINT) for d in self.shape if isinstance(d, E.Expr) for v in E.free_vars(d)}
+        return tuple(d if isinstance(d, int) else int(simplify_expr(substitute(d, values)).value)  # type: ignore
+                     for d in self.shape)
+
+    @property
+    def bounds(self) -> dict[E.Var, tuple[int, int | None]]:
+        return {v: (0, d - 1 if isinstance(d, int) else None)
+                for v, d in ((self.vb, self.batch), (self.vm, self.M), (self.vn, self.N), (self.vk, self.K))}
+
+
+def _dims(dims) -> list[int | E.Expr]:
+    """Sizes as ints where they fold to one (a conv's output size is arithmetic of
+    constants), else as expressions of symbols."""
+    out: list[int | E.Expr] = []
+    for d in dims:
+        d = simplify_expr(d)
+        out.append(int(d.value) if isinstance(d, E.Constant) else d)
+    return out
 
 
 def _static(dims) -> list[int] | None:
-    out = []
-    for d in dims:
-        d = simplify_expr(d)  # a conv's output size is arithmetic of constants
-        if not isinstance(d, E.Constant):
-            return None
-        out.append(int(d.value))
-    return out
+    """The sizes as ints, or None where one is symbolic."""
+    out = _dims(dims)
+    return out if all(isinstance(d, int) for d in out) else None  # type: ignore[return-value]
+
+
+def _product(dims) -> int | E.Expr:
+    if all(isinstance(d, int) for d in dims):
+        return math.prod(dims)
+    folded = simplify_expr(E.as_expr(prod(list(dims))))
+    return int(folded.value) if isinstance(folded, E.Constant) else folded
 
 
 def _strip_casts(e: E.Expr) -> E.Expr:
@@ -113,16 +149,13 @@ def match_contraction(task: Task, out_dtypes: tuple[DataType, ...] = (float32,))
     x, y = _strip_casts(body.a), _strip_casts(body.b)
     if collect(x, ReduceCompute) or collect(y, ReduceCompute):
         return None
-    extents = _static(R.shape)
-    k_ext = _static(red.shape)
-    if extents is None or k_ext is None or _static(out.shape) is None:
-        return None
+    extents, k_ext = _dims(R.shape), _dims(red.shape)
 
     fx, fy = E.free_vars(x), E.free_vars(y)
     kinds: list[str] = []
     for a, d in zip(R.axes, extents):
         in_x, in_y = a in fx, a in fy
-        if d == 1:
+        if is_unit(d):
             kinds.append("1")  # a unit axis: index 0 whatever reads it
         elif not (in_x or in_y):
             return None  # an axis of the result neither factor reads: not a contraction
@@ -153,9 +186,9 @@ def match_contraction(task: Task, out_dtypes: tuple[DataType, ...] = (float32,))
         axes = groups[g]
         sub.update(zip([a for a, _ in axes], unravel(flat, [d for _, d in axes])))
     sub.update(zip(red.axes, unravel(vk, k_ext)))
-    Bt, M, N = (math.prod(d for _, d in groups[g]) for g in "bmn")
-    K = math.prod(k_ext)
-    bounds = {vb: (0, Bt - 1), vm: (0, M - 1), vn: (0, N - 1), vk: (0, K - 1)}
+    Bt, M, N = (_product([d for _, d in groups[g]]) for g in "bmn")
+    K = _product(k_ext)
+    bounds = {v: (0, d - 1 if isinstance(d, int) else None) for v, d in ((vb, Bt), (vm, M), (vn, N), (vk, K))}
     a_expr = simplify_expr(substitute(x, sub), bounds)
     b_expr = simplify_expr(substitute(y, sub), bounds)
 
@@ -165,7 +198,7 @@ def match_contraction(task: Task, out_dtypes: tuple[DataType, ...] = (float32,))
         epilogue = r_value
     else:
         flat = (vb * M + vm) * N + vn
-        out_idx = unravel(flat, _static(out.shape))  # type: ignore[arg-type]
+        out_idx = unravel(flat, _dims(out.shape))
         epilogue = substitute(_InlineExcept(R, r_value).visit(out.value), dict(zip(out.axes, out_idx)))
     epilogue = simplify_expr(epilogue, bounds)
     return Contraction(task, Bt, M, N, K, vb, vm, vn, vk, acc, a_expr, b_expr, epilogue, out)
@@ -242,7 +275,7 @@ def a_row_stride(con: Contraction, a_kind: str) -> int:
     3x3 window copies by vectors too, but its offset divides k into taps and channels:
     read in place, that arithmetic would run in the FMA loop."""
     a = con.a
-    if con.M < 2 or a_kind != "copy" or not isinstance(a, E.TensorElement):
+    if con.hint[1] < 2 or a_kind != "copy" or not isinstance(a, E.TensorElement):
         return 0
     offset = E.as_expr(row_major_offset(a.indices, a.tensor.shape))
     if con.vk in E.free_vars(simplify_expr(offset - con.vk)):

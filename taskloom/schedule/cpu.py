@@ -66,9 +66,10 @@ def template_serves(con: Contraction, target: CpuTarget) -> bool:
     reduction down B's columns. A vector times a transposed operand is a row reduction,
     which the rule-based scheduler vectorizes along K."""
     lanes = target.vector_lanes(float32)
-    if con.N < lanes // 2 or con.K < 2:
+    _, M, N, K = con.hint
+    if N < lanes // 2 or K < 2:
         return False
-    if con.M >= 2:
+    if M >= 2:
         return True
     return b_vectorizes(kinds_cost(pack_kinds(con, target), lanes), lanes)
 
@@ -81,7 +82,7 @@ def workload_key(con: Contraction, kinds: tuple[str, str]) -> str:
     a, b = kinds
     text = f"{expr_text(con.a)}|{expr_text(con.b)}|{expr_text(con.epilogue)}"
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-    return "matmul_cpu/" + "x".join(str(d) for d in con.shape) + f"/pack{a}+{b}/" + digest
+    return "matmul_cpu/" + "x".join(str(d) for d in con.hint) + f"/pack{a}+{b}/" + digest
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,9 @@ def tunable(con: Contraction, target: CpuTarget, prepacked_b: int = 0, prefetch_
         return fuse_contraction(matmul_program(con.shape, c, target, name=name, b_vectorizes=in_place,
                                                prepacked_b=prepacked_b, prefetch_b=prefetch_b,
                                                a_stride=a_stride), con)
+    if not con.static:  # a kernel for symbolic sizes is not timed: no arguments to time it with
+        key = workload_key(con, kinds) + ("/prepacked" if prepacked_b else "")
+        return Tunable(con, key, (pack[0], 0.0) if prepacked_b else pack, fused, [], a_stride)
     specs = fused_arg_specs(con)
     if not prepacked_b:
         return Tunable(con, workload_key(con, kinds), pack, fused, specs, a_stride)

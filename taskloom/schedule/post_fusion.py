@@ -53,7 +53,8 @@ def _flat_size(name: str, t: TensorType) -> int:
 
 
 def _flat_var(name: str, t: TensorType) -> E.Var:
-    return E.Var(name, TensorType(t.dtype, (E.as_expr(_flat_size(name, t)),)))
+    """The flat parameter of a tensor: its size an int, or an expression of its symbols."""
+    return E.Var(name, TensorType(t.dtype, (simplify_expr(E.as_expr(prod(t.shape))),)))
 
 
 def inputs_beside_panels(con: Contraction) -> list[int]:
@@ -213,7 +214,8 @@ def _param_names(con: Contraction, taken: set[str]) -> list[str]:
 
 def fuse_contraction(program: S.Function, con: Contraction, name: str | None = None) -> S.Function:
     """``program`` (a template over ``A``, ``B``, ``C``) with the group of ``con`` fused in: its
-    parameters become the task's inputs and its output, each flat, in that order."""
+    parameters become the task's symbolic sizes (if any), then its inputs and its output,
+    each flat, in that order."""
     if len(program.params) != 3:
         raise ScheduleError(f"post-scheduling fusion: template '{program.name}' must take (A, B, C), "
                             f"got {[p.name for p in program.params]}")
@@ -226,9 +228,11 @@ def fuse_contraction(program: S.Function, con: Contraction, name: str | None = N
     packed = program.attr("prepacked_b", 0)
     fuse = _Fuse(con, A, None if packed else B, C, params, out, aligned=program.attr("pack_aligned", False))
     body = fuse.visit(program.body)
+    sizes = tuple(con.task.symbols())  # symbolic sizes come first, as scalar parameters
     if not packed:
-        return S.Function(name or program.name, (*params.values(), out), body, program.kind, attrs)
+        return S.Function(name or program.name, (*sizes, *params.values(), out), body, program.kind, attrs)
     kept = inputs_beside_panels(con)
     inputs = [params[con.task.inputs[k]] for k in kept]
-    return S.Function(name or program.name, (*inputs, B, out), body, program.kind, (*attrs, ("inputs", tuple(kept))))
+    return S.Function(name or program.name, (*sizes, *inputs, B, out), body, program.kind,
+                      (*attrs, ("inputs", tuple(kept))))
 

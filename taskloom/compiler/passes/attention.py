@@ -120,8 +120,8 @@ def _softmax_above(node: Node, ctx: Rewrite) -> Node | None:
 
 def _rule(target: Target):
     def rule(node: Node, inputs: list[Tensor], ctx: Rewrite) -> list[Tensor] | None:
-        if node.op not in _MATMULS:
-            return None
+        if node.op not in _MATMULS or not all(isinstance(d, int) for d in node.outputs[0].shape):
+            return None  # (the attention templates serve static sizes)
         softmax = _softmax_above(node, ctx)
         if softmax is None or softmax.task.attr("axis") not in (-1, softmax.outputs[0].ndim - 1):
             return None

@@ -252,7 +252,7 @@ def matmul_candidate(task: Task, target: CudaTarget, constants: Mapping[int, np.
                      weights_stream: bool = False) -> Candidate | None:
     """The template's offer for a contraction; its config comes from :func:`choose_config`."""
     con = match_contraction(task, (float32, float16, bfloat16))
-    if con is None:
+    if con is None or not con.static:
         return None
     return Candidate("matmul_cuda", con,
                      lambda config, name: Scheduled(matmul_kernel(con, config, name), tuple(range(len(task.inputs)))))

@@ -420,7 +420,7 @@ def mma_candidate(task: Task, target: CudaTarget, constants: Mapping[int, np.nda
     """The template's offer for a contraction of 16-bit factors; its config comes from
     :func:`taskloom.schedule.cuda.mma_model.choose`."""
     con = match_contraction(task, (float32, float16, bfloat16))
-    if con is None or half_type(con) is None:
+    if con is None or not con.static or half_type(con) is None:
         return None
     return Candidate("matmul_mma", con,
                      lambda config, name: Scheduled(mma_kernel(con, config, name), tuple(range(len(task.inputs)))))

@@ -52,6 +52,7 @@ from taskloom.ir import cdiv, f32, vec
 from taskloom.ir.index import round_up
 from taskloom.ir import stmt as S
 from taskloom.ir import expr as E
+from taskloom.ir.printer import expr_text
 from taskloom.ir.mapping import spatial, repeat
 from taskloom.script import kernel, parse_function
 from taskloom.target.cpu import CpuTarget
@@ -88,6 +89,17 @@ class MatmulConfig:
 #: fp32 elements in a cache line (64 bytes on every x86 target taskloom builds for)
 LINE_FLOATS = 16
 
+#: A size: an int, or an expression of symbols (a kernel for every batch or sequence length).
+Dim = "int | E.Expr"
+
+
+def _size(d: object) -> Dim:
+    """``d`` as an int where it is one (a constant expression folds), else the expression."""
+    if isinstance(d, E.Expr):
+        return int(d.value) if isinstance(d, E.Constant) else d
+    return int(d)  # type: ignore[call-overload]
+
+
 #: Multiply-adds below which a product runs on one core: waking the other cores costs more
 #: than sharing so few saves.
 SERIAL_FMAS = 1 << 16
@@ -104,26 +116,36 @@ def core_grid(shape: tuple[int, int, int, int], config: MatmulConfig, target: Cp
     return cdiv(M, band_m), cdiv(N, band_n)
 
 
-def _bands(M: int, N: int, pm: int, pn: int, config: MatmulConfig, target: CpuTarget) -> tuple[int, int]:
-    """The rows and columns of each core's band on a ``pm x pn`` grid, whole register tiles."""
-    return round_up(cdiv(M, pm), config.mr), round_up(cdiv(N, pn), config.nv * target.vector_lanes(f32))
+def _bands(M: Dim, N: Dim, pm: int, pn: int, config: MatmulConfig, target: CpuTarget) -> tuple[Dim, Dim]:
+    """The rows and columns of each core's band on a ``pm x pn`` grid, whole register tiles
+    (expressions where the sizes are symbolic)."""
+    return _round_up(cdiv(M, pm), config.mr), _round_up(cdiv(N, pn), config.nv * target.vector_lanes(f32))
 
 
-def blocking(shape: tuple[int, int, int, int], config: MatmulConfig,
-             target: CpuTarget) -> tuple[int, int, int, int, int]:
+def _round_up(x: Dim, m: int) -> Dim:
+    return round_up(x, m) if isinstance(x, int) else cdiv(x, m) * m
+
+
+def blocking(shape: tuple, config: MatmulConfig, target: CpuTarget,
+             grid: tuple[int, int] | None = None) -> tuple[Dim, Dim, int, int, int]:
     """``(BAND_M, BAND_N, MC, NC, KC)``: each core's band of rows and columns, whole
     register tiles wide, and the config's blocks as ``shape = (Bt, M, N, K)`` clips them
     (no larger than the band or K; KC a multiple of the vector, so that packing copies start
     aligned when K spans several blocks, and evened out over K: :func:`k_block`). The
     template builds these and the analytic model
     prices them: ``blocking((1, 100, 70, 33), MatmulConfig(6, 4, 384, 678, 1024, 2, 1), t)
-    == (54, 128, 54, 128, 33)`` with AVX-512."""
+    == (54, 128, 54, 128, 33)`` with AVX-512.
+
+    Symbolic sizes (``grid`` then gives the core grid) make symbolic bands, and the blocks
+    the config's own, clipped at run time."""
     _, M, N, K = shape
     c, L = config, target.vector_lanes(f32)
     NR = c.nv * L
-    band_m, band_n = _bands(M, N, *core_grid(shape, c, target), c, target)
-    return (band_m, band_n, min(round_up(c.mc, c.mr), band_m), min(round_up(c.nc, NR), band_n),
-            k_block(K, c.kc, L))
+    band_m, band_n = _bands(M, N, *(grid or core_grid(shape, c, target)), c, target)
+    mc, nc = round_up(c.mc, c.mr), round_up(c.nc, NR)
+    return (band_m, band_n, min(mc, band_m) if isinstance(band_m, int) else mc,
+            min(nc, band_n) if isinstance(band_n, int) else nc,
+            k_block(K, c.kc, L) if isinstance(K, int) else round_up(c.kc, L))
 
 
 def k_block(K: int, kc: int, lanes: int) -> int:
@@ -137,7 +159,7 @@ def k_block(K: int, kc: int, lanes: int) -> int:
     return round_up(cdiv(K, cdiv(K, kc)), lanes)
 
 
-def matmul_program(shape: tuple[int, int, int, int], config: MatmulConfig, target: CpuTarget,
+def matmul_program(shape: tuple, config: MatmulConfig, target: CpuTarget,
                    name: str = "matmul", prepacked_b: int = 0, b_vectorizes: bool = True,
                    prefetch_b: bool = False, a_stride: int | None = None) -> S.Function:
     """The kernel ``name(A: f32[Bt, M, K], B: f32[Bt, K, N], C: f32[Bt, M, N])`` for
@@ -152,6 +174,12 @@ def matmul_program(shape: tuple[int, int, int, int], config: MatmulConfig, targe
     distance in elements between two rows of A as fusion reads it when A copies plainly
     (``K`` for a row-major matrix, the default; 0 when A is gathered or computed): it
     decides whether the micro-kernel reads A in place (:func:`reads_a_in_place`).
+
+    Sizes may be expressions of symbols (one kernel for every batch or sequence length):
+    the bands are then computed at run time on the config's own core grid, every tile at
+    the last rows is a full one whose rows past M repeat row M - 1 (never stored), and
+    every store is masked at N. (A graph compiler builds such a kernel with the configs
+    chosen for several sizes and picks one per call.)
 
     >>> fn = matmul_program((1, 100, 70, 33), default_config(...), host_target())
     """
@@ -168,15 +196,15 @@ class _Plan:
     (``PF_LINES`` lines every ``PF_STEPS`` steps of k, :func:`_prefetch_pace`)."""
 
     config: MatmulConfig
-    Bt: int
-    M: int
-    N: int
-    K: int
+    Bt: Dim
+    M: Dim
+    N: Dim
+    K: Dim
     L: int
     PM: int
     PN: int
-    BAND_M: int
-    BAND_N: int
+    BAND_M: Dim
+    BAND_N: Dim
     MC: int
     NC: int
     KC: int
@@ -201,16 +229,18 @@ class _Plan:
         register tile, the tiles of a column panel in consecutive rows, so that a call's loads
         and stores walk consecutive lines, and so do consecutive calls; one element when K is
         one block."""
-        if self.KB == 1:
+        if isinstance(self.KB, int) and self.KB == 1:
             return (1, 1)
         return (cdiv(self.BAND_M, self.MR) * (self.NC // self.NR), self.MR * self.NR)
 
     @property
     def M_EDGES(self) -> tuple[bool, ...]:
-        return (False, True) if self.M % self.MR else (False,)
+        return (False, True) if not isinstance(self.M, int) or self.M % self.MR else (False,)
 
     @property
     def N_EDGES(self) -> tuple[bool, ...]:
+        if not isinstance(self.N, int):
+            return (False,)  # every tile is NV vectors wide, its stores masked at N
         return (False, True) if 0 < cdiv(self.N % self.NR, self.L) < self.NV else (False,)
 
     @property
@@ -219,33 +249,40 @@ class _Plan:
         column of tiles may be partial, and each gets a micro-kernel only as large as its real
         rows and vectors (at 512 x 512, 8 x 3 tiles would spend 3% of their FMAs on the zero
         columns of the last panel)."""
-        m_part, nv_part = self.M % self.MR, cdiv(self.N % self.NR, self.L)
+        m_part = self.M % self.MR if isinstance(self.M, int) else self.MR  # symbolic: a full, clamped tile
+        nv_part = cdiv(self.N % self.NR, self.L) if isinstance(self.N, int) else self.NV
         return [(m_part if me else self.MR, nv_part if ne else self.NV, me, ne)
                 for me in self.M_EDGES for ne in self.N_EDGES]
 
 
-def _plan(shape: tuple[int, int, int, int], config: MatmulConfig, target: CpuTarget, prepacked_b: int,
+def _plan(shape: tuple, config: MatmulConfig, target: CpuTarget, prepacked_b: int,
           b_vectorizes: bool, prefetch_b: bool, a_stride: int | None) -> _Plan:
     """The plan of :func:`matmul_program`'s kernel, or a ScheduleError for what it cannot serve."""
-    Bt, M, N, K = (int(x) for x in shape)
-    if min(Bt, M, N, K) < 1:
+    Bt, M, N, K = (_size(x) for x in shape)
+    static = all(isinstance(d, int) for d in (Bt, M, N, K))
+    if any(isinstance(d, int) and d < 1 for d in (Bt, M, N, K)):
         raise ScheduleError(f"matmul template: sizes must be positive, got (Bt, M, N, K)={shape}")
     c, L = config, target.vector_lanes(f32)
     if c.mr * c.nv + c.nv + 1 > target.num_vector_registers:
         raise ScheduleError(f"matmul template: a {c.mr}x{c.nv}-vector tile needs {c.mr * c.nv + c.nv + 1} vector "
                             f"registers; {target.name} has {target.num_vector_registers}")
-    if prepacked_b not in (0, 1, Bt):
+    if prepacked_b not in (0, 1) and not (isinstance(Bt, int) and prepacked_b == Bt):
         raise ScheduleError(f"matmul template: prepacked_b={prepacked_b} must be 0 (B packed by the kernel), "
                             f"1 (one B for every batch) or the batch {Bt}")
+    if prepacked_b and not all(isinstance(d, int) for d in (N, K)):
+        raise ScheduleError(f"matmul template: B prepacked takes static N and K, got {N} and {K}")
     shape = (Bt, M, N, K)
-    BAND_M, BAND_N, MC, NC, KC = blocking(shape, c, target)
-    slivers = cdiv(min(MC, BAND_M), c.mr)  # micro-kernel calls on one B panel, in a full MC block
+    grid = core_grid(shape, c, target) if static else (c.pm, c.pn)
+    BAND_M, BAND_N, MC, NC, KC = blocking(shape, c, target, grid)
+    # micro-kernel calls on one B panel, in a full MC block
+    slivers = cdiv(min(MC, BAND_M) if isinstance(BAND_M, int) else MC, c.mr)
     # a band one tile high reads each panel once, in order, which the hardware prefetcher follows
     PF = bool(prepacked_b) and prefetch_b and slivers > 1
     PF_STEPS, PF_LINES = _prefetch_pace(KC, c.nv * L, slivers)
-    return _Plan(c, Bt, M, N, K, L, *core_grid(shape, c, target), BAND_M, BAND_N, MC, NC, KC, prepacked_b,
-                 PACK_A=not reads_a_in_place(shape, c, target, K if a_stride is None else a_stride),
-                 PACK_B=not prepacked_b and not reads_b_in_place(shape, c, target, b_vectorizes),
+    stride = (K if isinstance(K, int) else 0) if a_stride is None else a_stride
+    return _Plan(c, Bt, M, N, K, L, *grid, BAND_M, BAND_N, MC, NC, KC, prepacked_b,
+                 PACK_A=not reads_a_in_place(shape, c, target, stride, grid),
+                 PACK_B=not prepacked_b and not reads_b_in_place(shape, c, target, b_vectorizes, grid),
                  PF=PF, PF_STEPS=PF_STEPS, PF_LINES=PF_LINES)
 
 
@@ -262,8 +299,10 @@ def _attrs(p: _Plan) -> tuple[tuple[str, object], ...]:
     """The kernel's attributes: its template, config (as the plan runs it), shape and choices."""
     c = p.config
     on = f" (on {p.P} core{'s' if p.P > 1 else ''})" if p.P != c.pm * c.pn else ""
-    blocks = f", K in {p.KB} blocks of {p.KC}" if p.KB > 1 and p.KC != round_up(c.kc, p.L) else ""
-    return (("template", "matmul_cpu"), ("config", str(c) + on + blocks), ("shape", (p.Bt, p.M, p.N, p.K)),
+    blocks = (f", K in {p.KB} blocks of {p.KC}" if isinstance(p.KB, int) and p.KB > 1
+              and p.KC != round_up(c.kc, p.L) else "")
+    shape = tuple(d if isinstance(d, int) else expr_text(d) for d in (p.Bt, p.M, p.N, p.K))
+    return (("template", "matmul_cpu"), ("config", str(c) + on + blocks), ("shape", shape),
             ("pack_aligned", True), ("prepacked_b", p.PB), ("packs_a", p.PACK_A), ("packs_b", p.PACK_B),
             ("prefetch_b", p.PF))
 
@@ -382,7 +421,7 @@ def _panels(p: _Plan, at: _Block) -> S.Stmt:
                 for tmr, tnv, m_edge, n_edge in TILES:
                     if _tile_case(p, m0 + ir * MR + MR > M, n0 + jr * NR + NR > N, m_edge, n_edge):
                         _tile(p, at, jr, ir, tile, (pf_panel, pf_row, pf_lines) if PF else None,
-                              tmr, tnv, m_edge or n_edge)
+                              tmr, tnv, m_edge or n_edge, m_edge and not isinstance(M, int))
     return panels
 
 
@@ -395,11 +434,13 @@ def _tile_case(p: _Plan, at_m_edge: E.Expr, at_n_edge: E.Expr, m_edge: bool, n_e
 
 
 def _tile(p: _Plan, at: _Block, jr: E.Expr, ir: E.Expr, tile: E.Expr, pf: tuple | None,
-          tmr: int, tnv: int, edge: bool) -> S.Stmt:
+          tmr: int, tnv: int, edge: bool, clamp_rows: bool = False) -> S.Stmt:
     """Register tile ``ir`` on panel ``jr``, ``tmr`` rows by ``tnv`` vectors: accumulators from
     zero, the micro-kernel over the K block, the rest of B's next chunk after a short last
-    block, and the store into C or into row ``tile`` of the partial sums."""
-    L, K, KC, PF, kn = p.L, p.K, p.KC, p.PF, at.kn
+    block, and the store into C or into row ``tile`` of the partial sums. ``clamp_rows``: a
+    full tile at a symbolic M's last rows, reading rows past M as row M - 1."""
+    L, KC, kn = p.L, p.KC, at.kn
+    PF_REST = p.PF and p.K % p.KC != 0  # (a prefetching kernel has B prepacked: K is an int)
     fvec = vec(f32, L)
 
     @_phase
@@ -412,8 +453,8 @@ def _tile(p: _Plan, at: _Block, jr: E.Expr, ir: E.Expr, tile: E.Expr, pf: tuple 
         acc = register_tensor(fvec, [tmr, tnv])
         for i, v in repeat(tmr, tnv).on(0):
             acc[i, v] = broadcast(0.0, L)
-        _micro_kernel(p, at, jr, ir, pf, acc, tmr, tnv)
-        if PF and K % KC != 0:
+        _micro_kernel(p, at, jr, ir, pf, acc, tmr, tnv, clamp_rows)
+        if PF_REST:
             "K's short last block has fewer steps than the next chunk's lines: ask for the rest"
             for t in range(KC - kn):
                 _prefetch_b(p, at, ir, kn + t, pf)
@@ -422,11 +463,11 @@ def _tile(p: _Plan, at: _Block, jr: E.Expr, ir: E.Expr, tile: E.Expr, pf: tuple 
 
 
 def _micro_kernel(p: _Plan, at: _Block, jr: E.Expr, ir: E.Expr, pf: tuple | None, acc: E.Var,
-                  tmr: int, tnv: int) -> S.Stmt:
+                  tmr: int, tnv: int, clamp_rows: bool = False) -> S.Stmt:
     """The tile's rank-1 updates over the K block: per k, ``tnv`` vectors of B's panel (a
     prepacked weight's, the packed block's, or B where it lies), ``tmr`` broadcasts of A
     (packed or in place) and ``tmr x tnv`` FMAs into ``acc``; with ``PF``, prefetches."""
-    L, MR, NR, PB, PF, PACK_A, PACK_B = p.L, p.MR, p.NR, p.PB, p.PF, p.PACK_A, p.PACK_B
+    L, M, MR, NR, PB, PF, PACK_A, PACK_B = p.L, p.M, p.MR, p.NR, p.PB, p.PF, p.PACK_A, p.PACK_B
     A, B, Ap, Bp, b, m0, n0, n_hi, k0, kn = at.A, at.B, at.Ap, at.Bp, at.b, at.m0, at.n0, at.n_hi, at.k0, at.kn
     fvec = vec(f32, L)
 
@@ -449,6 +490,8 @@ def _micro_kernel(p: _Plan, at: _Block, jr: E.Expr, ir: E.Expr, pf: tuple | None
             for i in unroll(tmr):
                 if PACK_A:
                     a = broadcast(Ap[ir * MR + i, k], L)
+                elif clamp_rows:  # rows past a symbolic M read row M - 1 (never stored)
+                    a = broadcast(A[b, min(m0 + ir * MR + i, M - 1), k0 + k], L)
                 else:  # a tile's rows of A, read where they lie
                     a = broadcast(A[b, m0 + ir * MR + i, k0 + k], L)
                 for v in unroll(tnv):
@@ -496,16 +539,16 @@ def _store_tile(p: _Plan, at: _Block, jr: E.Expr, ir: E.Expr, tile: E.Expr, acc:
     return store_tile
 
 
-def reads_b_in_place(shape: tuple[int, int, int, int], config: MatmulConfig, target: CpuTarget,
-                     b_vectorizes: bool = True) -> bool:
+def reads_b_in_place(shape: tuple, config: MatmulConfig, target: CpuTarget,
+                     b_vectorizes: bool = True, grid: tuple[int, int] | None = None) -> bool:
     """Whether the micro-kernel reads B where it lies instead of from packed panels: when a
     core's band is one row of register tiles (M at most MR: a vector times a matrix, a
     decode step, a small batch) and B copies by vectors, each element of B feeds one
     micro-kernel call, and packing would copy it once only to read it again. A B that
     fusion gathers or builds lane by lane (a convolution's window) is packed: its costly
     reads stay out of the FMA loop."""
-    BAND_M = blocking(shape, config, target)[0]
-    return b_vectorizes and cdiv(BAND_M, config.mr) == 1
+    BAND_M = blocking(shape, config, target, grid)[0]
+    return b_vectorizes and isinstance(BAND_M, int) and cdiv(BAND_M, config.mr) == 1
 
 
 #: Bytes after which L1's set index repeats: 64 sets of 64-byte lines on every x86 core
@@ -513,8 +556,8 @@ def reads_b_in_place(shape: tuple[int, int, int, int], config: MatmulConfig, tar
 L1_SET_SPAN = 4096
 
 
-def reads_a_in_place(shape: tuple[int, int, int, int], config: MatmulConfig, target: CpuTarget,
-                     a_stride: int) -> bool:
+def reads_a_in_place(shape: tuple, config: MatmulConfig, target: CpuTarget,
+                     a_stride: int, grid: tuple[int, int] | None = None) -> bool:
     """Whether the micro-kernel broadcasts A's elements where they lie instead of from a
     packed MC x KC block. Packing copies every element of A once per K block, from L3 when A
     is large, before any FMA runs; reading in place skips that copy. It takes an A that fusion
@@ -528,7 +571,7 @@ def reads_a_in_place(shape: tuple[int, int, int, int], config: MatmulConfig, tar
     """
     if a_stride <= 0:
         return False
-    _, _, _, NC, KC = blocking(shape, config, target)
+    _, _, _, NC, KC = blocking(shape, config, target, grid)
     if cdiv(NC, config.nv * target.vector_lanes(f32)) > 4:
         return False
     sets = L1_SET_SPAN // (LINE_FLOATS * 4)

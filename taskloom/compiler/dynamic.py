@@ -1,0 +1,123 @@
+"""Symbolic sizes in a compiled graph: the symbols and their ranges, the sample values a
+config is chosen at, and the kernel variants a call picks among.
+
+A graph whose inputs have symbolic dimensions compiles once. Its kernels take the symbols'
+values as size arguments, so one kernel serves every size; but the config that is best
+for 16 rows is not the one for 4096 (a 1 x 2 grid of cores against 2 x 1, a smaller
+tile). So each symbol gets a ladder of sample values in its range (:data:`LADDER`), each
+template kernel is scheduled at every point of the ladders' product, and each distinct
+config the analytic model chooses becomes a variant of the kernel (at most
+:data:`MAX_VARIANTS`). A call's sizes pick a point (the nearest rung of each ladder, in
+ratio), and each kernel runs the variant chosen there: a table lookup per new set of
+sizes, no recompile.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Any, Mapping, Sequence
+
+from taskloom.graph.graph import Graph, GraphError
+from taskloom.ir import expr as E
+from taskloom.ir.arith import simplify_expr
+from taskloom.ir.functor import substitute
+from taskloom.ir.printer import expr_text
+
+#: The range a symbol takes when the compile declares none.
+DEFAULT_RANGE = (1, 2 ** 31 - 1)
+#: The sample values of a symbol, within its range (plus the range's ends, the top capped
+#: at the last rung): spaced by 8x, since a config's best region spans about that.
+LADDER = (1, 8, 64, 512, 4096)
+#: The most variants of one kernel: each is compiled, so each costs compile time.
+MAX_VARIANTS = 3
+
+
+def graph_symbols(graph: Graph, ranges: Mapping[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+    """The symbols of ``graph``'s input shapes, in order, each with its range (``ranges``, else
+    :data:`DEFAULT_RANGE`). Each must be a whole dimension of some input, where a call reads
+    its value; every other shape in the graph must follow from them."""
+    symbols: dict[str, tuple[int, int]] = {}
+    whole = {d.name for t in graph.inputs for d in t.shape if isinstance(d, E.Var)}
+    for t in graph.inputs:
+        for d in t.shape:
+            for v in sorted(E.free_vars(d) if isinstance(d, E.Expr) else (), key=lambda v: v.name):
+                if v.name not in whole:
+                    raise GraphError(f"graph input '{t.name}' has the dimension {expr_text(d)}, and {v.name} is "
+                                     "no whole dimension of any input, so a call could not give its value")
+                symbols.setdefault(v.name, _range(v.name, ranges))
+    unknown = set(ranges) - set(symbols)
+    if unknown:
+        raise GraphError(f"compile(): ranges are given for {', '.join(sorted(unknown))}, which "
+                         f"{'is' if len(unknown) == 1 else 'are'} not a symbol of the inputs"
+                         + (f" ({', '.join(symbols)})" if symbols else " (their shapes are static)"))
+    for t in [*graph.outputs, *(o for n in graph.nodes for o in n.outputs)]:
+        for d in t.shape:
+            late = {v.name for v in E.free_vars(d)} - set(symbols) if isinstance(d, E.Expr) else set()
+            if late:
+                raise GraphError(f"a tensor of shape {shape_entries(t.shape)} in the graph has sizes that "
+                                 f"depend on {', '.join(sorted(late))}, which the inputs' shapes do not give")
+    return symbols
+
+
+def _range(name: str, ranges: Mapping[str, tuple[int, int]]) -> tuple[int, int]:
+    low, high = ranges.get(name, DEFAULT_RANGE)
+    if not (isinstance(low, int) and isinstance(high, int) and 0 <= low <= high <= DEFAULT_RANGE[1]):
+        raise GraphError(f"compile(): the range of {name} is ({low!r}, {high!r}); a range is two ints with "
+                         f"0 <= min <= max <= {DEFAULT_RANGE[1]}")
+    return int(low), int(high)
+
+
+def shape_entries(shape: Sequence[Any]) -> list[int | str]:
+    """A shape as meta records it: ints, symbol names and expressions over them as text."""
+    out: list[int | str] = []
+    for d in shape:
+        d = simplify_expr(d) if isinstance(d, E.Expr) else d
+        out.append(int(d.value) if isinstance(d, E.Constant) else d.name if isinstance(d, E.Var)
+                   else expr_text(d) if isinstance(d, E.Expr) else int(d))
+    return out
+
+
+def ladder(low: int, high: int) -> list[int]:
+    """The sample values of a symbol in ``[low, high]``: :data:`LADDER`'s rungs in the range and
+    its ends, the top capped at the last rung, all at least 1. ``ladder(1, 100) == [1, 8, 64, 100]``."""
+    low, top = max(low, 1), max(min(high, LADDER[-1]), 1)  # (a size 0 is sampled as 1: no work either way)
+    return sorted({low, top, *(v for v in LADDER if low <= v <= top)})
+
+
+def sample_points(symbols: Mapping[str, tuple[int, int]]) -> list[dict[str, int]]:
+    """Every point of the symbols' ladders, the last symbol varying fastest (the order the
+    runtime indexes a kernel's table of variants in)."""
+    names = list(symbols)
+    ladders = [ladder(*symbols[n]) for n in names]
+    return [dict(zip(names, values)) for values in itertools.product(*ladders)]
+
+
+def evaluate(shape: Sequence[Any], point: Mapping[str, int]) -> tuple[int, ...]:
+    """``shape`` (ints and expressions of the symbols) at the symbol values ``point``."""
+    out = []
+    for d in shape:
+        if isinstance(d, E.Expr):
+            values = {v: E.as_expr(point[v.name]) for v in E.free_vars(d)}
+            d = simplify_expr(substitute(d, values))
+            if not isinstance(d, E.Constant):
+                raise GraphError(f"a size {d!r} does not follow from the symbols {', '.join(point)}")
+            d = d.value
+        out.append(int(d))
+    return tuple(out)
+
+
+def choose_variants(configs: Sequence[Any]) -> tuple[list[Any], list[int]]:
+    """The variants to build from the config chosen at each sample point (in point order),
+    and each point's variant: the :data:`MAX_VARIANTS` configs chosen most often (ties to
+    the first chosen), a point whose config is not among them taking the variant of the
+    nearest point (in order) whose config is."""
+    counts: dict[Any, int] = {}
+    for c in configs:
+        counts[c] = counts.get(c, 0) + 1
+    kept = sorted(counts, key=lambda c: (-counts[c], configs.index(c)))[:MAX_VARIANTS]
+    kept.sort(key=configs.index)  # variant 0 is the config of the first point that has one
+    table = [kept.index(c) if c in kept else -1 for c in configs]
+    for k, v in enumerate(table):
+        if v < 0:
+            near = min((j for j, w in enumerate(table) if w >= 0 and configs[j] in kept), key=lambda j: abs(j - k))
+            table[k] = table[near]
+    return kept, table

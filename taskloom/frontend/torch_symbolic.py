@@ -1,0 +1,148 @@
+"""Dynamo's symbolic sizes as taskloom symbols.
+
+With ``dynamic=True`` (or once dynamo has seen a dimension change), dynamo hands the backend
+a graph whose sizes are ``torch.SymInt``\\ s: symbols of its shape environment (``s77``)
+and expressions of them (``s77 * s27``), each symbol with the range its guards allow (2 and
+up, for a size dynamo did not specialize). Here a SymInt becomes a taskloom expression of
+symbols of the same names, and the shape environment's ranges become the compile's ranges,
+so one compiled graph serves every size dynamo's guards let through.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator, Sequence
+
+import sympy
+import torch
+
+from taskloom.errors import FrontendError
+from taskloom.ir import expr as E
+
+#: The largest size a symbol may take: kernels index with 32-bit integers.
+MAX_SIZE = 2 ** 31 - 1
+
+
+def is_symbolic(value: Any) -> bool:
+    """Whether a value dynamo recorded (a SymInt, or a tensor some of whose sizes are) varies."""
+    if isinstance(value, torch.SymInt):
+        return bool(value.node.expr.free_symbols)
+    if isinstance(value, torch.Tensor):
+        return any(is_symbolic(d) for d in value.shape)
+    return False
+
+
+def graph_is_symbolic(gm: torch.fx.GraphModule) -> bool:
+    """Whether any placeholder of dynamo's graph has a symbolic size."""
+    return any(is_symbolic(n.meta.get("example_value")) for n in gm.graph.nodes if n.op == "placeholder")
+
+
+def fake_inputs(gm: torch.fx.GraphModule) -> list[Any]:
+    """The placeholders' fake values, in dynamo's shape environment: what a symbolic trace
+    of ``gm`` runs on."""
+    values = [n.meta.get("example_value") for n in gm.graph.nodes if n.op == "placeholder"]
+    if any(v is None for v in values):
+        raise FrontendError("dynamo gave a placeholder without its example value; the graph cannot be "
+                            "traced with symbolic sizes")
+    return values
+
+
+@contextlib.contextmanager
+def traced_inputs(gm: torch.fx.GraphModule, args: Sequence[Any]) -> Iterator[list[Any]]:
+    """What a symbolic trace of ``gm`` runs on: dynamo's fake values for the inputs that vary,
+    and fakes of static shape of the real ``args`` for the rest (parameters, buffers)."""
+    fakes = fake_inputs(gm)
+    mode = next((v.fake_mode for v in fakes if isinstance(v, torch.Tensor)), None)
+    if mode is None:
+        yield list(fakes)
+        return
+
+    def static(f: Any, a: Any) -> Any:
+        if is_symbolic(f) or not isinstance(a, torch.Tensor):
+            return f
+        return mode.fake_tensor_converter.from_real_tensor(mode, a)  # (a fake of static shape)
+    yield [static(f, a) for f, a in zip(fakes, args)]
+
+
+def inline_scalar_reads(gm: torch.fx.GraphModule, args: Sequence[Any], is_input: Sequence[bool]) -> None:
+    """Replaces each ``.item()`` of a one-element tensor of the model's state (dynamo passes
+    a module's float attributes -- an epsilon, a dropout rate -- as such tensors when shapes
+    are dynamic) by its value, which a symbolic trace could not read."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for node, value, inp in zip(placeholders, args, is_input):
+        if inp or not isinstance(value, torch.Tensor) or value.numel() != 1:
+            continue
+        for user in list(node.users):
+            if user.op == "call_method" and user.target == "item" and len(user.args) == 1:
+                constant = value.item()
+                for reader in list(user.users):
+                    reader.args = torch.fx.node.map_arg(reader.args, lambda a: constant if a is user else a)
+                    reader.kwargs = torch.fx.node.map_arg(reader.kwargs, lambda a: constant if a is user else a)
+                gm.graph.erase_node(user)
+    gm.recompile()
+
+
+def to_expr(value: Any) -> Any:
+    """A SymInt (or int) as a taskloom size: an int, or an expression of the symbols."""
+    if isinstance(value, torch.SymInt):
+        return _sympy(value.node.expr)
+    return value
+
+
+def _sympy(e: Any) -> Any:
+    if e.is_Integer:
+        return int(e)
+    if e.is_Symbol:
+        return E.var(str(e))
+    args = [_sympy(a) for a in e.args]
+    if isinstance(e, sympy.Add):
+        return _fold(args, lambda a, b: a + b)
+    if isinstance(e, sympy.Mul):
+        return _fold(args, lambda a, b: a * b)
+    name = type(e).__name__
+    if name == "FloorDiv":
+        return E.as_expr(args[0]) // args[1]
+    if name in ("Mod", "PythonMod"):
+        return E.as_expr(args[0]) % args[1]
+    if name == "CeilDiv" or name == "CleanDiv":
+        return E.as_expr(args[0] + args[1] - 1) // args[1] if name == "CeilDiv" else E.as_expr(args[0]) // args[1]
+    raise FrontendError(f"the symbolic size {e} uses {name}, which taskloom cannot carry as a size yet")
+
+
+def _fold(args: Sequence[Any], op: Any) -> Any:
+    out = args[0]
+    for a in args[1:]:
+        out = op(out, a)
+    return out
+
+
+def ranges(fakes: Sequence[Any]) -> dict[str, tuple[int, int]]:
+    """Each symbol's range from the shape environment of ``fakes`` (dynamo's guards: 2 and up
+    for a dimension it did not specialize), capped at :data:`MAX_SIZE`."""
+    env = None
+    for v in fakes:
+        if isinstance(v, torch.Tensor) and getattr(v, "fake_mode", None) is not None:
+            env = v.fake_mode.shape_env
+            break
+        if isinstance(v, torch.SymInt):
+            env = v.node.shape_env
+            break
+    if env is None:
+        return {}
+    out = {}
+    for symbol, r in env.var_to_range.items():
+        out[str(symbol)] = (max(_bound(r.lower, 0), 0), min(_bound(r.upper, MAX_SIZE), MAX_SIZE))
+    return out
+
+
+def _bound(value: Any, infinite: int) -> int:
+    """A range's end as an int; ``infinite`` for torch's and sympy's infinities."""
+    if isinstance(value, int):
+        return value
+    return int(value) if isinstance(value, sympy.Integer) else infinite  # (int_oo, -int_oo, oo)
+
+
+def ranges_of(graph: Any, ranges: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+    """The ``ranges`` of the symbols ``graph``'s inputs have (a graph split for the fallback
+    may have fewer than dynamo's)."""
+    names = {v.name for t in graph.inputs for d in t.shape if isinstance(d, E.Expr) for v in E.free_vars(d)}
+    return {k: v for k, v in ranges.items() if k in names}

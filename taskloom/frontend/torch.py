@@ -129,8 +129,9 @@ class Options:
 
 
 def _is_runtime_input(node: torch.fx.Node, value: Any) -> bool:
-    """Whether a dynamo placeholder is a real input, not a parameter, buffer or number."""
-    if not isinstance(value, torch.Tensor) or isinstance(value, torch.nn.Parameter):
+    """Whether a dynamo placeholder is a real input, not a parameter, buffer or number (a
+    Python float dynamo passes as a tensor, as it does with dynamic shapes)."""
+    if not isinstance(value, torch.Tensor) or isinstance(value, torch.nn.Parameter) or _wrapped_float(node):
         return False
     source = getattr(node.meta.get("grapharg"), "source", None)
     while source is not None:  # reached through a module: its state
@@ -139,6 +140,11 @@ def _is_runtime_input(node: torch.fx.Node, value: Any) -> bool:
             return False
         source = getattr(source, "base", None)
     return True
+
+
+def _wrapped_float(node: torch.fx.Node) -> bool:
+    """Whether dynamo passes a Python float (a module's epsilon, ``math.pi``) as this tensor."""
+    return bool(getattr(node.meta.get("grapharg"), "pass_arg_as_tensor", False))
 
 
 def _input_name(node: torch.fx.Node, position: int) -> str:
@@ -243,6 +249,10 @@ class CompiledFunction:
         # compiled graph serves every size its guards let through
         self.symbolic = graph_is_symbolic(gm)
         self._ranges = symbol_ranges(fake_inputs(gm)) if self.symbolic else {}
+        # Python floats dynamo passes as new tensors each call (with dynamic shapes): the
+        # program inlines their values, so they key it by value
+        self._scalars_at = [k for k, n in enumerate(placeholders) if _wrapped_float(n)]
+        self._state_at = [k for k in self._state_at if k not in self._scalars_at]
         self._programs: dict[Any, _Program | Callable] = {}
         self.compiled_graph: Any = None
         self.compiled_graphs: list[Any] = []
@@ -255,7 +265,8 @@ class CompiledFunction:
     def _key(self, args: Sequence[Any]) -> tuple:
         if self.symbolic:  # sizes vary within one program; the symbols' values are no key
             return (tuple(args[k].dtype for k in self._inputs_at),
-                    tuple(args[k] for k in self._values_at if not isinstance(args[k], (int, torch.SymInt))))
+                    tuple(args[k] for k in self._values_at if not isinstance(args[k], (int, torch.SymInt))),
+                    tuple(args[k].item() for k in self._scalars_at))
         return (tuple((tuple(args[k].shape), args[k].dtype) for k in self._inputs_at),
                 tuple(args[k] for k in self._values_at))
 
@@ -288,8 +299,8 @@ class CompiledFunction:
 
     def _build(self, args: Sequence[Any]) -> _Program:
         try:
-            if self.symbolic:
-                inline_scalar_reads(self.gm, args, self._is_input)
+            if self._scalars_at:
+                inline_scalar_reads(self.gm, args, self._scalars_at)
             aten_gm = lower_to_aten(self.gm, args, symbolic=self.symbolic)
         except Exception as e:
             raise FrontendError(f"torch could not lower the captured graph to core ATen operators "

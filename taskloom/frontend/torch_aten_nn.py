@@ -11,6 +11,7 @@ from taskloom import ops
 from taskloom.errors import FrontendError
 from taskloom.frontend.torch_aten import Converter, aten, dtype_of, filled, register, torch_dtype, unavailable
 from taskloom.graph.tensor import Tensor, asarray
+from taskloom.ops.base import broadcast_shapes
 from taskloom.ir import dtypes as T
 
 
@@ -153,7 +154,9 @@ def slice_(x: Tensor, dim: int = 0, start: Any = None, end: Any = None, step: in
 @register(aten.select.int, aten.select_copy.int)
 def select(x: Tensor, dim: int, index: int) -> Tensor:
     dim %= x.ndim
-    index = index % int(x.shape[dim])
+    size = x.shape[dim]
+    if isinstance(size, int) or index < 0:  # (a non-negative index into a symbolic size stays)
+        index = index % size if isinstance(size, int) else size + index
     return ops.squeeze(ops.slice(x, dim, index, index + 1), dim)
 
 
@@ -211,7 +214,7 @@ def _coordinates(x: Tensor, indices: Sequence[Any], op: str) -> tuple[Tensor, Te
     if given != list(range(given[0], given[-1] + 1)):  # separated by ':' -> torch puts them first
         order = given + [d for d in range(x.ndim) if d not in given]
         x, first = ops.permute(x, order), 0
-    shape = tuple(np.broadcast_shapes(*[tuple(indices[k].shape) for k in given]))
+    shape = broadcast_shapes(op, *[tuple(indices[k].shape) for k in given])
     columns = [ops.unsqueeze(ops.broadcast_to(ops.cast(indices[k], T.int64), shape), -1) for k in given]
     return x, (columns[0] if len(columns) == 1 else ops.concat(columns, -1)), first, order
 

@@ -63,14 +63,13 @@ def traced_inputs(gm: torch.fx.GraphModule, args: Sequence[Any]) -> Iterator[lis
     yield [static(f, a) for f, a in zip(fakes, args)]
 
 
-def inline_scalar_reads(gm: torch.fx.GraphModule, args: Sequence[Any], is_input: Sequence[bool]) -> None:
-    """Replaces each ``.item()`` of a one-element tensor of the model's state (dynamo passes
-    a module's float attributes -- an epsilon, a dropout rate -- as such tensors when shapes
-    are dynamic) by its value, which a symbolic trace could not read."""
+def inline_scalar_reads(gm: torch.fx.GraphModule, args: Sequence[Any], positions: Sequence[int]) -> None:
+    """Replaces each ``.item()`` of the placeholders at ``positions`` -- Python floats dynamo
+    passes as tensors when shapes are dynamic (a module's epsilon, a dropout rate,
+    ``math.pi``) -- by its value, which a symbolic trace could not read."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    for node, value, inp in zip(placeholders, args, is_input):
-        if inp or not isinstance(value, torch.Tensor) or value.numel() != 1:
-            continue
+    for k in positions:
+        node, value = placeholders[k], args[k]
         for user in list(node.users):
             if user.op == "call_method" and user.target == "item" and len(user.args) == 1:
                 constant = value.item()

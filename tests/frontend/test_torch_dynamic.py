@@ -67,3 +67,25 @@ def test_static_compiles_are_unchanged():
         torch.testing.assert_close(compiled(x, mask), model(x, mask), rtol=1e-4, atol=1e-5)
     (graph,) = compiled.taskloom_backend.compiled[0].compiled_graphs
     assert graph.symbols == {}
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2"])
+def test_transformers_models_compile_once_for_every_shape(family):
+    """transformers' BERT and GPT-2 (one small layer): their attention masks (built from
+    aranges to the sequence length and advanced indexing), position tables sliced to the
+    sequence and module floats dynamo passes as tensors all stay symbolic."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    if family == "bert":
+        model = transformers.BertModel(transformers.BertConfig(
+            num_hidden_layers=1, hidden_size=32, num_attention_heads=2, intermediate_size=64)).eval()
+    else:
+        model = transformers.GPT2Model(transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, use_cache=False)).eval()
+    compiled = tt.compile(model, dynamic=True, fallback=False)
+    with torch.no_grad():
+        for b, t in [(2, 7), (3, 16), (2, 40)]:
+            ids = torch.randint(0, 1000, (b, t))
+            kwargs = {"attention_mask": (torch.rand(b, t) > 0.2).long()} if family == "bert" else {}
+            got = compiled(input_ids=ids, **kwargs).last_hidden_state
+            torch.testing.assert_close(got, model(input_ids=ids, **kwargs).last_hidden_state, rtol=1e-4, atol=1e-4)
+    assert _programs(compiled) == 1

@@ -30,8 +30,8 @@ def _check(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> None:
     for arg, t in (("q", q), ("k", k), ("v", v)):
         if t.ndim < 2:
             raise OpError(f"{op}(): '{arg}' must have at least 2 axes (..., length, features), got shape {tuple(t.shape)}")
-        if t.dtype not in (T.float32, T.float16, T.bfloat16):
-            raise OpError(f"{op}(): '{arg}' must be float32, float16 or bfloat16, got {t.dtype.name}")
+        if t.dtype not in (T.float64, T.float32, T.float16, T.bfloat16):
+            raise OpError(f"{op}(): '{arg}' must be float64, float32, float16 or bfloat16, got {t.dtype.name}")
         if t.dtype != q.dtype:
             raise OpError(f"{op}(): '{arg}' is {t.dtype.name} but 'q' is {q.dtype.name}; they must match")
     if k.shape[-1] != q.shape[-1]:
@@ -49,7 +49,7 @@ def attention(q: Any, k: Any, v: Any, mask: Any = None, scale: float | None = No
     ``v`` (..., S, Ev), the leading axes broadcast; ``mask`` broadcasts to (..., L, S), bool
     (True keeps a score) or float (added); ``scale`` defaults to ``1 / sqrt(E)``; ``causal``
     masks key ``j`` for query ``i`` when ``j > i``. Scores and sums are float32 for 16-bit
-    inputs. A row whose every score is masked gives NaN, as torch's does."""
+    inputs (float64 for float64 ones). A row whose every score is masked gives NaN, as torch's does."""
     op = OUT
     q = as_tensor(op, "q", q)
     k, v = as_tensor(op, "k", k, like=q), as_tensor(op, "v", v, like=q)
@@ -67,7 +67,7 @@ def attention(q: Any, k: Any, v: Any, mask: Any = None, scale: float | None = No
 
     def build(Q, K, V, *M):
         nb, L, S = len(batch), Q.shape[-2], K.shape[-2]
-        f32 = T.float32
+        f32 = T.float64 if Q.dtype == T.float64 else T.float32  # (the accumulation type)
 
         def at(t, b, *rest):
             return t[(*broadcast_index(t.shape[:-2], nb, b), *rest)]

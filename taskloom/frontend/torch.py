@@ -494,7 +494,9 @@ def compile(model: Any, *, target: Any = None, tune: int = 0, fallback: bool = T
         compiled.forward = _raising_taskloom_errors(compiled.forward)
     else:
         compiled = _raising_taskloom_errors(compiled)
-    compiled.taskloom_backend = backend  # what fallbacks() reads
+    # what fallbacks() reads; on the wrapper itself (dynamo's OptimizedModule hands attribute
+    # writes to the model, which another compile of the same model would overwrite)
+    compiled.__dict__["taskloom_backend"] = backend
     return compiled
 
 

@@ -242,3 +242,12 @@ def test_readers_of_a_tensor_updated_in_place_read_the_update_across_parts():
     program, fell, total = split(gm, [t], [True], ["x"], compile_graph)
     torch.testing.assert_close(program([t])[0], want[0], **TOL)
     assert [f.op for f in fell] == [BESSEL] and total == 4
+
+
+def test_two_compiles_of_one_model_keep_their_own_lists():
+    """dynamo's wrapper hands attribute writes to the model: each compile keeps its backend
+    on the wrapper itself, so a second compile does not take over the first one's list."""
+    model = nn.Linear(3, 2).eval()
+    strict, lenient = taskloom.torch.compile(model, fallback=False), taskloom.torch.compile(model)
+    assert strict.taskloom_backend is not lenient.taskloom_backend
+    assert not hasattr(model, "taskloom_backend")

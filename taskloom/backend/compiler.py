@@ -51,6 +51,20 @@ def build_flags(target: Target, extra_flags: Sequence[str] = ()) -> list[str]:
     return [*BASE_FLAGS, *target.cflags(), *extra_flags]  # type: ignore[attr-defined]
 
 
+#: A library of at least this many kernels is built with gcc's link-time optimizer in
+#: parallel partitions (``-flto=auto``): the code generation of a large graph spreads over the
+#: cores; a smaller one builds faster in one piece.
+PARALLEL_BUILD_KERNELS = 8
+
+
+def parallel_flags(kernels: int) -> list[str]:
+    """Extra flags that spread the build of a library of ``kernels`` kernels over the
+    cores: gcc's parallel link-time code generation, for a large library, when ``$CC`` is gcc."""
+    if kernels < PARALLEL_BUILD_KERNELS or "gcc" not in compiler_version().lower():
+        return []
+    return ["-flto=auto"]
+
+
 def build_key(source: str, flags: Sequence[str], target: Target) -> str:
     """The cache key of a build: sha256 of the source, the flags and the compiler version."""
     parts: dict[str, Any] = {"source": source, "flags": list(flags), "link": list(LINK_FLAGS),

@@ -22,7 +22,7 @@ from taskloom.schedule.cuda.mma_model import choose as choose_mma
 from taskloom.schedule.registry import Candidate, Scheduled
 from taskloom.schedule.select import find_candidate, schedule_kernel as schedule_with
 from taskloom.target.base import Target
-from taskloom.tune.model import best_config, rank
+from taskloom.tune.model import best_config, predict, rank
 from taskloom.tune.tuner import recorded_config, tune_matmul
 
 
@@ -101,14 +101,17 @@ def schedule_variants(task: Task, target: Target, points: Sequence[Mapping[str, 
     # past a few thousand rows every size takes the same config, and the model's cost grows with the size
     shapes = [tuple(min(d, LARGEST_SAMPLE) for d in evaluate(t.con.shape, p)) for p in points]
     configs = [_model_config(shape, target, t.pack, t.a_stride) for shape in shapes]
-    kept, table = choose_variants(configs)
+
+    def cost(k: int, c: Any) -> float:
+        return _predicted(shapes[k], c, target, t.pack, t.a_stride)
+    kept, table = choose_variants(configs, cost)
     if t.workload.endswith("/prepacked"):
         # B is a weight packed in panels as wide as the tile: variants keep the first one's
         # width, so that the weight is packed once, not once per variant
         nv = kept[0].nv
         configs = [c if c.nv == nv else _model_config(s, target, t.pack, t.a_stride, nv)
                    for c, s in zip(configs, shapes)]
-        kept, table = choose_variants(configs)
+        kept, table = choose_variants(configs, cost)
     return [found.build(c, name if k == 0 else f"{name}_v{k}") for k, c in enumerate(kept)], table
 
 
@@ -121,6 +124,12 @@ def _model_config(shape: tuple[int, ...], target: Target, pack: tuple[float, flo
         return best_config(shape, target, pack, a_stride)
     ranked = [c for c, *_ in rank(shape, target, pack=pack, a_stride=a_stride) if c.nv == nv]
     return ranked[0] if ranked else best_config(shape, target, pack, a_stride)
+
+
+@functools.lru_cache(maxsize=16384)
+def _predicted(shape: tuple[int, ...], config: Any, target: Target, pack: tuple[float, float], a_stride: int) -> float:
+    """The analytic model's seconds for ``config`` at ``shape``."""
+    return predict(shape, config, target, pack=pack, a_stride=a_stride).seconds
 
 
 def schedule(task: Task, target: Target, name: str | None = None, tune: int = 0,

@@ -6,15 +6,17 @@ values as size arguments, so one kernel serves every size; but the config that i
 for 16 rows is not the one for 4096 (a 1 x 2 grid of cores against 2 x 1, a smaller
 tile). So each symbol gets a ladder of sample values in its range (:data:`LADDER`), each
 template kernel is scheduled at every point of the ladders' product, and each distinct
-config the analytic model chooses becomes a variant of the kernel (at most
-:data:`MAX_VARIANTS`). A call's sizes pick a point (the nearest rung of each ladder, in
+config the analytic model chooses may become a variant of the kernel: at most
+:data:`MAX_VARIANTS`, and a second or third only where the model predicts it pays
+(:func:`choose_variants`). A call's sizes pick a point (the nearest rung of each ladder, in
 ratio), and each kernel runs the variant chosen there: a table lookup per new set of
 sizes, no recompile.
 """
 from __future__ import annotations
 
 import itertools
-from typing import Any, Mapping, Sequence
+import math
+from typing import Any, Callable, Mapping, Sequence
 
 from taskloom.graph.graph import Graph, GraphError
 from taskloom.ir import expr as E
@@ -29,6 +31,9 @@ DEFAULT_RANGE = (1, 2 ** 31 - 1)
 LADDER = (1, 8, 64, 512, 4096)
 #: The most variants of one kernel: each is compiled, so each costs compile time.
 MAX_VARIANTS = 3
+#: A further variant is built only where the model predicts it makes some sample point at
+#: least this much faster than the variants kept before it.
+VARIANT_GAIN = 0.05
 
 
 def graph_symbols(graph: Graph, ranges: Mapping[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
@@ -105,19 +110,43 @@ def evaluate(shape: Sequence[Any], point: Mapping[str, int]) -> tuple[int, ...]:
     return tuple(out)
 
 
-def choose_variants(configs: Sequence[Any]) -> tuple[list[Any], list[int]]:
+def choose_variants(configs: Sequence[Any], cost: Callable[[int, Any], float] | None = None
+                    ) -> tuple[list[Any], list[int]]:
     """The variants to build from the config chosen at each sample point (in point order),
-    and each point's variant: the :data:`MAX_VARIANTS` configs chosen most often (ties to
-    the first chosen), a point whose config is not among them taking the variant of the
+    and each point's variant, listed in the order their configs are first chosen.
+
+    With ``cost(k, config)``, the predicted seconds of a config at point ``k``: first the one
+    config that serves all points best (least total slowdown against each point's own
+    choice), then, while some point would still run more than :data:`VARIANT_GAIN` slower
+    than its own choice, the config that cuts the total slowdown most; each point runs the
+    kept variant predicted fastest there. Without ``cost``: the :data:`MAX_VARIANTS` configs
+    chosen most often, a point whose config is not among them taking the variant of the
     nearest point (in order) whose config is."""
-    counts: dict[Any, int] = {}
-    for c in configs:
-        counts[c] = counts.get(c, 0) + 1
-    kept = sorted(counts, key=lambda c: (-counts[c], configs.index(c)))[:MAX_VARIANTS]
-    kept.sort(key=configs.index)  # variant 0 is the config of the first point that has one
+    distinct = list(dict.fromkeys(configs))
+    if cost is None:
+        return _most_chosen(configs, distinct)
+    own = [cost(k, c) for k, c in enumerate(configs)]
+    times = {c: [cost(k, c) for k in range(len(configs))] for c in distinct}
+
+    def slowdown(kept: list[Any]) -> list[float]:
+        return [min(times[c][k] for c in kept) / own[k] for k in range(len(configs))]
+
+    kept: list[Any] = []
+    while len(kept) < MAX_VARIANTS and (not kept or max(slowdown(kept)) > 1 + VARIANT_GAIN):
+        kept.append(min((c for c in distinct if c not in kept),
+                        key=lambda c: sum(math.log(r) for r in slowdown([*kept, c]))))
+    kept.sort(key=distinct.index)
+    table = [min(range(len(kept)), key=lambda v: (times[kept[v]][k], v)) for k in range(len(configs))]
+    return kept, table
+
+
+def _most_chosen(configs: Sequence[Any], distinct: list[Any]) -> tuple[list[Any], list[int]]:
+    counts = {c: configs.count(c) for c in distinct}
+    kept = sorted(distinct, key=lambda c: -counts[c])[:MAX_VARIANTS]
+    kept.sort(key=distinct.index)
     table = [kept.index(c) if c in kept else -1 for c in configs]
     for k, v in enumerate(table):
         if v < 0:
-            near = min((j for j, w in enumerate(table) if w >= 0 and configs[j] in kept), key=lambda j: abs(j - k))
+            near = min((j for j, w in enumerate(table) if w >= 0), key=lambda j: abs(j - k))
             table[k] = table[near]
     return kept, table

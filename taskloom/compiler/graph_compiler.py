@@ -2,6 +2,7 @@
 launcher into one shared library (a :class:`~taskloom.runtime.CompiledGraph`)."""
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -85,33 +86,9 @@ def compile_graph(graph: Graph, target: Target | str | None = None, *, tune: int
     # whether each kernel's weight comes from memory on every call (the target decides)
     weights_stream = tgt.streams_weights(sum(_nbytes(c) for c in graph.constants))
     phase = time.perf_counter()
-    functions, calls, kernels = [], [], []
     points = sample_points(symbols) if symbols else []
-    choices: list[list[int]] = []  # per kernel built in variants: the variant at each sample point
-    for g, group in enumerate(groups):
-        deadline = clock.deadline(tasks_left=len(groups) - g) if budget is not None else None
-        known = {k: t.numpy() for k, t in enumerate(group.inputs) if id(t) in places.graph_constants}
-        name, note = f"k{g}_{group.name}", f"{group.name}: {' + '.join(group.ops)}"
-        if symbols and group.task.symbols():
-            variants, table = schedule_variants(group.task, tgt, points, name, known, weights_stream)
-        else:
-            variants, table = [schedule_kernel(group.task, tgt, name=name, tune=tune, deadline=deadline,
-                                               constants=known, weights_stream=weights_stream)], []
-        group_calls = []
-        for scheduled in variants:
-            fn = scheduled.fn
-            functions.append(fn)
-            args = _arguments(fn, places, [places.ref_of(group.inputs[x]) if isinstance(x, int)
-                                           else places.constant_ref(x, same_as=True) for x in scheduled.inputs]
-                              + [places.refs[id(t)] for t in group.outputs])
-            types = tuple(cuda_param_type(p) for p in fn.params) if cuda else ()
-            group_calls.append(Call(c_symbol(fn.name), args, note, fn.reports_status, types))
-        if len(group_calls) == 1:
-            calls.append(group_calls[0])
-        else:
-            calls.append(Dispatch(len(choices), tuple(group_calls), note))
-            choices.append(table)
-        kernels.append(_kernel_meta([v.fn for v in variants], group))
+    functions, calls, kernels, choices = _schedule_groups(groups, places, tgt, tune, clock if budget is not None
+                                                          else None, weights_stream, points)
     timings["schedule"] = time.perf_counter() - phase
     arrays = [np.ascontiguousarray(c) for c in places.constants]
     meta = {"inputs": [{"name": t.name, "dtype": t.dtype.name, "shape": shape_entries(t.shape)}
@@ -148,6 +125,47 @@ def _passes(graph: Graph, tgt: Target, optimize: bool, relayout: bool) -> Graph:
             if relaid is not graph:
                 graph = run_passes(relaid)
     return graph
+
+
+def _schedule_groups(groups: list[FusedGroup], places: "_Places", tgt: Target, tune: int, clock: Budget | None,
+                     weights_stream: bool, points: list[dict[str, int]]
+                     ) -> tuple[list[Any], list[Call | Dispatch], list[dict[str, Any]], list[list[int]]]:
+    """Each group's kernel (a symbolic template kernel's variants, at the sample ``points``),
+    the launcher's call of it, what ``meta["kernels"]`` says of it, and per kernel built in
+    variants the variant at each point. A kernel whose code is that of an earlier one (the
+    same layer again in a deep model) is not built twice: its call runs the earlier one."""
+    cuda = isinstance(tgt, CudaTarget)
+    functions: list[Any] = []
+    built: dict[Any, Any] = {}  # a kernel's code (its name left out) -> the kernel built with it
+    calls: list[Call | Dispatch] = []
+    kernels: list[dict[str, Any]] = []
+    choices: list[list[int]] = []
+    for g, group in enumerate(groups):
+        deadline = clock.deadline(tasks_left=len(groups) - g) if clock is not None else None
+        known = {k: t.numpy() for k, t in enumerate(group.inputs) if id(t) in places.graph_constants}
+        name, note = f"k{g}_{group.name}", f"{group.name}: {' + '.join(group.ops)}"
+        if points and group.task.symbols():
+            variants, table = schedule_variants(group.task, tgt, points, name, known, weights_stream)
+        else:
+            variants, table = [schedule_kernel(group.task, tgt, name=name, tune=tune, deadline=deadline,
+                                               constants=known, weights_stream=weights_stream)], []
+        group_calls = []
+        for scheduled in variants:
+            fn = built.setdefault(dataclasses.replace(scheduled.fn, name=""), scheduled.fn)
+            if fn is scheduled.fn:
+                functions.append(fn)
+            args = _arguments(fn, places, [places.ref_of(group.inputs[x]) if isinstance(x, int)
+                                           else places.constant_ref(x, same_as=True) for x in scheduled.inputs]
+                              + [places.refs[id(t)] for t in group.outputs])
+            types = tuple(cuda_param_type(p) for p in fn.params) if cuda else ()
+            group_calls.append(Call(c_symbol(fn.name), args, note, fn.reports_status, types))
+        if len(group_calls) == 1:
+            calls.append(group_calls[0])
+        else:
+            calls.append(Dispatch(len(choices), tuple(group_calls), note))
+            choices.append(table)
+        kernels.append(_kernel_meta([v.fn for v in variants], group))
+    return functions, calls, kernels, choices
 
 
 def _arguments(fn: Any, places: "_Places", tensors: list[Ref]) -> tuple[Ref, ...]:
@@ -245,7 +263,7 @@ class _Places:
 
 
 def _equal(a: np.ndarray, b: np.ndarray) -> bool:
-    return a.shape == b.shape and a.dtype == b.dtype and bool(np.array_equal(a, b))
+    return a is b or (a.shape == b.shape and a.dtype == b.dtype and bool(np.array_equal(a, b)))
 
 
 def _elements_text(shape: Any) -> str:
@@ -292,8 +310,8 @@ def _finish_cuda(functions: list, calls: list[Call], tgt: Any, meta: dict[str, A
     # what the emulator runs, kept in the meta (and a saved file): each kernel lowered, as text;
     # the build takes the same lowered kernels
     lowered = [lower(f) for f in functions]
-    meta.update(calls=[{"kernel": f.name, "args": [[r.kind, r.index] for r in c.args]}
-                       for f, c in zip(functions, calls)],
+    names = {c_symbol(f.name): f.name for f in functions}  # (a call may run a kernel built for an earlier group)
+    meta.update(calls=[{"kernel": names[c.symbol], "args": [[r.kind, r.index] for r in c.args]} for c in calls],
                 kernel_ir=[astext(f) for f in lowered])
     record = record_source(graph_record(meta, [(c.dtype.name, c.shape) for c in arrays]))
     built = build_cuda_library(functions, tgt, name="graph", extra_source=cuda_launcher_source(calls) + record,

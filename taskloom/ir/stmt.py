@@ -5,6 +5,7 @@ the statements after it in that sequence, as in C.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
@@ -235,7 +236,7 @@ class Function(Node):
     def with_body(self, body: Stmt) -> Function:
         return Function(self.name, self.params, body, self.kind, self.attrs)
 
-    @property
+    @functools.cached_property  # (a walk over the whole body: the graph compiler asks per call)
     def reports_status(self) -> bool:
         """Whether the function takes a status to report failed run-time checks in: it holds
         an :class:`~taskloom.ir.expr.IndexCheck`, or held one before lowering (``status``)."""

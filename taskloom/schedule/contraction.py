@@ -23,6 +23,7 @@ gives the ints a config is chosen for, each symbol at :data:`SYMBOL_HINT`.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -126,6 +127,7 @@ class _InlineExcept(Rewriter):
         return e
 
 
+@functools.lru_cache(maxsize=1024)  # (a deep model asks once per layer; tasks compare by structure)
 def match_contraction(task: Task, out_dtypes: tuple[DataType, ...] = (float32,)) -> Contraction | None:
     """``task`` read as a batched matmul with a prologue and an epilogue, or None. The sum
     is of float32 products (half-precision factors are cast up in the prologue); the output

@@ -10,6 +10,8 @@ compile time (:mod:`taskloom.schedule.prepack`). Both register for target kind `
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 from dataclasses import dataclass
 from typing import Callable, Mapping
@@ -100,6 +102,17 @@ class Tunable:
     a_stride: int = 0
 
 
+@functools.lru_cache(maxsize=256)
+def _fused_kernel(con: Contraction, c: MatmulConfig, target: CpuTarget, in_place: bool, prepacked_b: int,
+                  prefetch_b: bool, a_stride: int) -> S.Function:
+    """The template's kernel for ``c`` with ``con``'s group fused in, named ``fused``. Kept: a
+    deep model asks for the same one once per layer (contractions compare by structure), and
+    building it is most of a compile's scheduling time."""
+    return fuse_contraction(matmul_program(con.shape, c, target, name="fused", b_vectorizes=in_place,
+                                           prepacked_b=prepacked_b, prefetch_b=prefetch_b, a_stride=a_stride), con)
+
+
+@functools.lru_cache(maxsize=256)  # (a deep model asks once per layer)
 def tunable(con: Contraction, target: CpuTarget, prepacked_b: int = 0, prefetch_b: bool = False) -> Tunable:
     """The :class:`Tunable` of ``con`` on ``target``: the kernel as a compiled graph runs it,
     taking B's panels packed at compile time when B is a weight (``prepacked_b``: how many
@@ -113,9 +126,8 @@ def tunable(con: Contraction, target: CpuTarget, prepacked_b: int = 0, prefetch_
     a_stride = a_row_stride(con, kinds[0])
 
     def fused(c: MatmulConfig, name: str = "fused") -> S.Function:
-        return fuse_contraction(matmul_program(con.shape, c, target, name=name, b_vectorizes=in_place,
-                                               prepacked_b=prepacked_b, prefetch_b=prefetch_b,
-                                               a_stride=a_stride), con)
+        fn = _fused_kernel(con, c, target, in_place, prepacked_b, prefetch_b, a_stride)
+        return fn if name == fn.name else dataclasses.replace(fn, name=name)
     if not con.static:  # a kernel for symbolic sizes is not timed: no arguments to time it with
         key = workload_key(con, kinds) + ("/prepacked" if prepacked_b else "")
         return Tunable(con, key, (pack[0], 0.0) if prepacked_b else pack, fused, [], a_stride)
@@ -152,11 +164,15 @@ def matmul_candidate(task: Task, target: CpuTarget, constants: Mapping[int, np.n
         return None
     t, b = found
 
+    panels: dict[int, np.ndarray] = {}  # B packed for a tile width (variants of a kernel share one)
+
     def build(config: MatmulConfig, name: str) -> Scheduled:
         fn = t.kernel(config, name)  # the kernel tuning times, as it is built here
         if b is None:
             return Scheduled(fn, tuple(range(len(task.inputs))))
-        return Scheduled(fn, (*fn.attr("inputs"), pack_b_panels(b, config, target)))
+        if config.nv not in panels:
+            panels[config.nv] = pack_b_panels(b, config, target)
+        return Scheduled(fn, (*fn.attr("inputs"), panels[config.nv]))
     return Candidate("matmul_cpu", t, build)
 
 

@@ -8,6 +8,8 @@ own module (:mod:`taskloom.schedule.cpu`).
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -41,7 +43,16 @@ def schedule_kernel(task: Task, target: Target, choose: ChooseConfig, name: str 
     found = find_candidate(task, target, constants, weights_stream)
     if found is not None:
         return found.build(choose(found), name or task.name)
-    return Scheduled(rules_for(target.kind)(task, target, name), tuple(range(len(task.inputs))))
+    fn = _by_rules(task, target)
+    name = name or fn.name
+    return Scheduled(fn if fn.name == name else dataclasses.replace(fn, name=name), tuple(range(len(task.inputs))))
+
+
+@functools.lru_cache(maxsize=256)
+def _by_rules(task: Task, target: Target) -> S.Function:
+    """``task``'s kernel from the rules of ``target``'s kind. Kept: a deep model asks for the
+    same one once per layer (tasks compare by structure)."""
+    return rules_for(target.kind)(task, target, None)
 
 
 def schedule(task: Task, target: Target, choose: ChooseConfig, name: str | None = None) -> S.Function:

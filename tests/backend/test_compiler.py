@@ -122,3 +122,12 @@ def test_cross_build_for_an_isa_the_host_lacks(cache, monkeypatch):
     lib = compile_shared_library(HAS_AVX512, target, name="cross")
     if HOST.has("avx512f"):
         assert _call(lib, "has_avx512") == 1
+
+
+def test_a_large_library_builds_in_parallel_partitions(cache):
+    from taskloom.backend.compiler import PARALLEL_BUILD_KERNELS, parallel_flags
+    assert parallel_flags(PARALLEL_BUILD_KERNELS - 1) == []
+    assert parallel_flags(PARALLEL_BUILD_KERNELS) == ["-flto=auto"]  # (gcc here)
+    functions = "".join(f"int f{k}(int a) {{ return a * {k}; }}\n" for k in range(PARALLEL_BUILD_KERNELS))
+    lib = compile_shared_library(functions, HOST, extra_flags=parallel_flags(PARALLEL_BUILD_KERNELS))
+    assert _call(lib, "f7", 6) == 42

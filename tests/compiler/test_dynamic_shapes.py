@@ -172,6 +172,19 @@ def test_variants_keep_the_most_chosen_configs_and_map_the_rest_to_a_neighbour(m
     assert choose_variants(["x"] * 4) == (["x"], [0, 0, 0, 0])
 
 
+def test_a_variant_is_built_only_where_the_model_says_it_pays():
+    # points 0-1 choose "a", 2-3 choose "b", point 4 "c"; seconds per (point, config):
+    seconds = {"a": [1.0, 1.0, 1.02, 1.5, 9.0], "b": [1.3, 1.2, 1.0, 1.0, 9.0], "c": [2.0, 2.0, 2.0, 2.0, 1.0]}
+    configs = ["a", "a", "b", "b", "c"]
+    kept, table = choose_variants(configs, lambda k, c: seconds[c][k])
+    assert kept == ["a", "b", "c"] and table == [0, 0, 1, 1, 2]
+    seconds["c"][4] = 8.8  # "c" now gains under 5% at its one point: it is not built
+    kept, table = choose_variants(configs, lambda k, c: seconds[c][k])
+    assert kept == ["a", "b"] and table == [0, 0, 1, 1, 0]  # at point 4, a tie: the first
+    seconds["b"][3] = 1.45  # nor is "b"
+    assert choose_variants(configs, lambda k, c: seconds[c][k]) == (["a"], [0] * 5)
+
+
 def test_a_dispatch_runs_the_variant_the_call_picks():
     calls = (Call("k1", (Ref("in", 0), Ref("slot", 0), Ref("sym", 1)), status=True), Call("k1_v1", (Ref("in", 0),)))
     text = launcher_source([Dispatch(0, calls, "linear")], dynamic=True)

@@ -1,6 +1,8 @@
 """Compiled graphs: numbers against torch, one library, planned memory, save and load."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -152,6 +154,22 @@ def test_memory_is_reused_along_a_chain():
     per_tensor = 64 * 64 * 4
     assert compiled.arena_bytes <= 2 * per_tensor  # 11 intermediates, two alive at a time
     assert np.isfinite(compiled(arr(64, 64))).all()
+
+
+def test_a_layer_repeated_builds_its_kernels_once():
+    x = input((32, 48), name="x")
+    y, weights = x, [arr(48, 48, scale=0.2) for _ in range(4)]
+    for w in weights:  # four layers: the same code, different weights
+        y = ops.softmax(ops.matmul(y, taskloom.asarray(w)), axis=-1)
+    compiled = taskloom.compile(Graph([x], [y]))
+    src = open(compiled.meta["source"]).read()
+    assert len(compiled.meta["kernels"]) == 8
+    assert len(re.findall(r"^void k\d+_\w+\(", src, re.M)) == 2
+    xv = arr(32, 48)
+    want = xv
+    for w in weights:
+        want = torch.softmax(torch.from_numpy(want @ w), -1).numpy()
+    np.testing.assert_allclose(compiled(xv), want, rtol=1e-4, atol=1e-6)
 
 
 def test_outputs_that_alias_inputs_or_each_other_are_copies():

@@ -9,6 +9,7 @@ nothing measured.
 from __future__ import annotations
 
 import functools
+import math
 import warnings
 from typing import Any, Callable, Mapping, Sequence
 
@@ -105,13 +106,16 @@ def schedule_variants(task: Task, target: Target, points: Sequence[Mapping[str, 
     def cost(k: int, c: Any) -> float:
         return _predicted(shapes[k], c, target, t.pack, t.a_stride)
     kept, table = choose_variants(configs, cost)
-    if t.workload.endswith("/prepacked"):
-        # B is a weight packed in panels as wide as the tile: variants keep the first one's
-        # width, so that the weight is packed once, not once per variant
-        nv = kept[0].nv
-        configs = [c if c.nv == nv else _model_config(s, target, t.pack, t.a_stride, nv)
-                   for c, s in zip(configs, shapes)]
-        kept, table = choose_variants(configs, cost)
+    if t.workload.endswith("/prepacked") and len({c.nv for c in kept}) > 1:
+        # B is a weight packed in panels as wide as the tile: so that it is packed once, not
+        # once per variant, every variant takes one width, the one predicted to lose least
+        def at_width(nv: int) -> list[Any]:
+            return [c if c.nv == nv else _model_config(s, target, t.pack, t.a_stride, nv)
+                    for c, s in zip(configs, shapes)]
+
+        def loss(nv: int) -> float:
+            return sum(math.log(cost(k, c) / cost(k, best)) for k, (c, best) in enumerate(zip(at_width(nv), configs)))
+        kept, table = choose_variants(at_width(min(sorted({c.nv for c in configs}), key=loss)), cost)
     return [found.build(c, name if k == 0 else f"{name}_v{k}") for k, c in enumerate(kept)], table
 
 

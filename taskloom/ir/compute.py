@@ -231,6 +231,19 @@ def _same(a: E.Expr | int, b: E.Expr | int, bounds: dict[E.Var, tuple[int | None
     return E.is_const(simplify_expr(E.as_expr(a) - b, bounds), 0)
 
 
+def _index_bounds(names: Sequence[E.Var], shape: Sequence[Any], other: Sequence[Any]
+                  ) -> dict[E.Var, tuple[int, int | None]]:
+    """The ranges of ``names`` indexing ``shape``, and of the symbols in ``shape`` and
+    ``other``: at least 1, since at a size of 0 a tensor has no element whose index matters
+    (which lets ``(x0*768 + x1) // (s*768)`` simplify to ``x0 // s``)."""
+    bounds: dict[E.Var, tuple[int, int | None]] = {
+        n: (0, int(d.value) - 1) if isinstance(d, E.Constant) else (0, None) for n, d in zip(names, shape)}
+    for d in (*shape, *other):
+        for v in E.free_vars(d) if isinstance(d, E.Expr) else ():
+            bounds.setdefault(v, (1, None))
+    return bounds
+
+
 def inverse_map(task: Task, inp: TensorInput) -> tuple[tuple[E.Var, ...], tuple[E.Expr, ...]] | None:
     """For a task bijective in ``inp``: variables naming an element of ``inp`` and the index of
     the output element it feeds. None when the task is not bijective in ``inp``.
@@ -248,10 +261,7 @@ def inverse_map(task: Task, inp: TensorInput) -> tuple[tuple[E.Var, ...], tuple[
     if any(collect(i, E.TensorElement) for i in idx):
         return None  # a data-dependent index (gather) cannot be inverted
     in_shape, out_shape = inp.shape, out.shape
-    bounds = {a: (0, None) for a in out.axes}
-    for a, d in zip(out.axes, out_shape):
-        if isinstance(d, E.Constant):
-            bounds[a] = (0, int(d.value) - 1)
+    bounds = _index_bounds(out.axes, out_shape, in_shape)
     stem = re.sub(r"\W|^(?=\d)", "_", inp.name)  # an input may be named 'x.1' or '0' (ONNX)
     names = [E.Var(f"{stem}_{k}", index_type) for k in range(len(in_shape))]
     # a permutation of the output axes, each over an equal extent
@@ -266,7 +276,7 @@ def inverse_map(task: Task, inp: TensorInput) -> tuple[tuple[E.Var, ...], tuple[
     units = {a: E.as_expr(0) for a, d in zip(out.axes, out_shape) if E.is_const(d, 1)}  # unsqueezed axes
     if not _same(substitute(E.as_expr(row_major_offset(idx, in_shape)) - row_major_offset(out.axes, out_shape), units), 0, bounds):
         return None
-    in_bounds = {n: (0, int(d.value) - 1) if isinstance(d, E.Constant) else (0, None) for n, d in zip(names, in_shape)}
+    in_bounds = _index_bounds(names, in_shape, out_shape)
     return tuple(names), tuple(simplify_expr(E.as_expr(i), in_bounds) for i in unravel(row_major_offset(names, in_shape), out_shape))
 
 
@@ -278,8 +288,7 @@ def preserves_order(task: Task, inp: TensorInput) -> bool:
     if m is None:
         return False
     names, out_idx = m
-    bounds = {n: (0, int(d.value) - 1) if isinstance(d, E.Constant) else (0, None)
-              for n, d in zip(names, inp.shape)}
+    bounds = _index_bounds(names, inp.shape, task.outputs[0].shape)
     return _same(E.as_expr(row_major_offset(out_idx, task.outputs[0].shape)) - row_major_offset(names, inp.shape), 0, bounds)
 
 

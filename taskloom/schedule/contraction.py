@@ -79,8 +79,14 @@ class Contraction:
 
     @property
     def bounds(self) -> dict[E.Var, tuple[int, int | None]]:
-        return {v: (0, d - 1 if isinstance(d, int) else None)
-                for v, d in ((self.vb, self.batch), (self.vm, self.M), (self.vn, self.N), (self.vk, self.K))}
+        """The ranges of the axes, and of the symbols in the sizes: at least 1, since at 0
+        there is no element to index (so ``(m*768 + n) // (s*768)`` simplifies to ``m // s``)."""
+        out: dict[E.Var, tuple[int, int | None]] = {
+            v: (0, d - 1 if isinstance(d, int) else None)
+            for v, d in ((self.vb, self.batch), (self.vm, self.M), (self.vn, self.N), (self.vk, self.K))}
+        for v in self.task.symbols():
+            out.setdefault(v, (1, None))
+        return out
 
 
 def _dims(dims) -> list[int | E.Expr]:

@@ -61,6 +61,19 @@ def test_the_arena_grows_and_smaller_calls_stay_right(mlp):
     assert mlp.arena_bytes == grown
 
 
+def test_a_symbolic_reshape_after_a_matmul_joins_its_epilogue():
+    # as torch lowers a linear layer: [b, s, 32] viewed as [b*s, 32], a matmul, viewed back
+    b, s = symbol("batch"), symbol("seq")
+    x = Tensor((b, s, 32), T.float32, name="x")
+    h = ops.matmul(ops.reshape(x, (b * s, 32)), taskloom.asarray(np.ascontiguousarray(W.T)))
+    y = ops.relu(ops.add(ops.reshape(h, (b, s, 48)), taskloom.asarray(BIAS)))
+    compiled = taskloom.compile(Graph([x], [y]), dynamic={"batch": (1, 8), "seq": (1, 64)})
+    assert [k["ops"] for k in compiled.meta["kernels"]] == [["reshape", "matmul", "reshape", "add", "relu"]]
+    for shape in ((3, 7, 32), (1, 64, 32), (8, 1, 32)):
+        xv = RNG.standard_normal(shape).astype(np.float32)
+        np.testing.assert_allclose(compiled(xv), np.maximum(xv @ W.T + BIAS, 0), rtol=1e-5, atol=1e-5)
+
+
 def test_meta_records_symbols_and_ranges(mlp):
     assert mlp.symbols == {"batch": (1, 16), "seq": (1, 512)}
     assert mlp.inputs[0]["shape"] == ["batch", "seq", 32]

@@ -72,3 +72,18 @@ def test_prepacked_b_needs_static_columns_and_depth():
     config = MatmulConfig(4, 2, 64, 8, 64, 1, 1)
     with pytest.raises(taskloom.errors.ScheduleError, match="B prepacked takes static N and K"):
         matmul_program((1, M, N, 32), config, HOST, prepacked_b=1)
+
+
+def test_symbolic_rows_prefetch_the_next_chunk_every_step():
+    """A band whose height comes at run time asks for a line of B's next chunk at every step
+    of k, so that a few rows (a short sequence) still bring in most of it; a static band of
+    many slivers spreads its requests over every other step."""
+    lanes = HOST.vector_lanes(taskloom.ir.f32)
+    config = MatmulConfig(4, 2, 64, 256, 4 * lanes, 1, 1)
+    fn, program = kernel((1, M, 4 * lanes, 128), config, HOST, prepacked_b=1, prefetch_b=True)
+    text = str(program)
+    assert "prefetch" in text and "k % 2 == 0" not in text
+    static = str(matmul_program((1, 256, 4 * lanes, 128), config, HOST, prepacked_b=1, prefetch_b=True))
+    assert "k % 2 == 0" in static
+    for rows in (3, 21, 300):
+        check(fn, (1, rows, 4 * lanes, 128), config, HOST, prepacked_b=1)

@@ -244,6 +244,20 @@ def test_div_mod_recombination():
     assert str(s(2 * (w // 4 * 4) + w % 4 * 2 + j)) == "w * 2 + j"
 
 
+def test_division_by_a_scaled_symbol():
+    # a reshape of [b*n, 8] to [b, n, 8] maps row i, column j to batch (i*8 + j) // (n*8)
+    assert str(s((i * 8 + j) // (n * 8), i=(0, 99), j=(0, 7), n=(1, 64))) == "i // n"
+    assert s((i * 8 + j) // (n * 8), i=(0, 99), j=(0, 7)) == (i * 8 + j) // (n * 8)  # n may be 0 or negative
+    assert s((i * 8 + j) // (n * 8), i=(-9, 99), j=(0, 7), n=(1, 64)) == (i * 8 + j) // (n * 8)
+    assert str(s((i * 8 + j) // (n * 8), i=(0, 99), j=(0, 9), n=(1, 64))) == "(i + j // 8) // n"
+    for iv in range(0, 40):  # against C's division
+        for jv in range(8):
+            for nv in (1, 2, 3, 5):
+                env = {i: iv, j: jv, n: nv}
+                assert evaluate(s((i * 8 + j) // (n * 8), i=(0, 99), j=(0, 7), n=(1, 64)), env) == \
+                    evaluate((i * 8 + j) // (n * 8), env)
+
+
 def test_comparisons_by_bounds():
     assert s(i < n, i=(0, 7), n=(8, 100)) == TRUE
     assert s(i < n, i=(0, 8), n=(8, 100)) == (i < n)

@@ -246,6 +246,11 @@ RULES = RuleTable([
     # C's remainder has the sign of x and |x % c| = |x| mod |c|, so the signs of c1, c2 do not matter
     rule("mod-mod", (x % c1) % c2, lambda m: m.x % m.c2,
          when=lambda m: _c(m, "c2") != 0 and _c(m, "c1") % _c(m, "c2") == 0),
+    # a symbolic divisor scaled by a constant: for x >= 0 and y >= 1, both truncations are floors
+    # and nest (``(x0*768 + x1) // (s*768) -> x0 // s`` for ``x1`` in ``[0, 768)``)
+    rule("div-by-scaled-symbol", x // (y * c), lambda m: (m.x // m.c) // m.y,
+         when=lambda m: _c(m) > 0 and not isinstance(m.y, Constant) and m.bounds.is_nonneg(m.x)
+         and (m.bounds.lower(m.y) or 0) >= 1),
     rule("div-split-sum", x // c, lambda m: _split(m, "div")),
     rule("mod-split-sum", x % c, lambda m: _split(m, "mod")),
     rule("div-drop-low", x // c, lambda m: _drop_low(m, "div")),

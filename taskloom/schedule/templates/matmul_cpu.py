@@ -278,7 +278,10 @@ def _plan(shape: tuple, config: MatmulConfig, target: CpuTarget, prepacked_b: in
     slivers = cdiv(min(MC, BAND_M) if isinstance(BAND_M, int) else MC, c.mr)
     # a band one tile high reads each panel once, in order, which the hardware prefetcher follows
     PF = bool(prepacked_b) and prefetch_b and slivers > 1
-    PF_STEPS, PF_LINES = _prefetch_pace(KC, c.nv * L, slivers)
+    # a band whose height is known only at run time asks for a line every step: at a few
+    # rows (a short sequence) its slivers still ask for most of the next chunk, and a tall
+    # band asks for it all in its first slivers (the pace of a static band of 3-4 slivers)
+    PF_STEPS, PF_LINES = _prefetch_pace(KC, c.nv * L, slivers) if isinstance(BAND_M, int) else (1, 1)
     stride = (K if isinstance(K, int) else 0) if a_stride is None else a_stride
     return _Plan(c, Bt, M, N, K, L, *grid, BAND_M, BAND_N, MC, NC, KC, prepacked_b,
                  PACK_A=not reads_a_in_place(shape, c, target, stride, grid),

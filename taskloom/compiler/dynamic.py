@@ -125,8 +125,8 @@ def choose_variants(configs: Sequence[Any], cost: Callable[[int, Any], float] | 
     distinct = list(dict.fromkeys(configs))
     if cost is None:
         return _most_chosen(configs, distinct)
-    own = [cost(k, c) for k, c in enumerate(configs)]
     times = {c: [cost(k, c) for k in range(len(configs))] for c in distinct}
+    own = [times[c][k] for k, c in enumerate(configs)]
 
     def slowdown(kept: list[Any]) -> list[float]:
         return [min(times[c][k] for c in kept) / own[k] for k in range(len(configs))]

@@ -2,7 +2,6 @@
 launcher into one shared library (a :class:`~taskloom.runtime.CompiledGraph`)."""
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Any
 
@@ -151,7 +150,7 @@ def _schedule_groups(groups: list[FusedGroup], places: "_Places", tgt: Target, t
                                                constants=known, weights_stream=weights_stream)], []
         group_calls = []
         for scheduled in variants:
-            fn = built.setdefault(dataclasses.replace(scheduled.fn, name=""), scheduled.fn)
+            fn = built.setdefault(scheduled.fn.renamed(""), scheduled.fn)
             if fn is scheduled.fn:
                 functions.append(fn)
             args = _arguments(fn, places, [places.ref_of(group.inputs[x]) if isinstance(x, int)

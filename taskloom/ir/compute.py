@@ -231,8 +231,8 @@ def _same(a: E.Expr | int, b: E.Expr | int, bounds: dict[E.Var, tuple[int | None
     return E.is_const(simplify_expr(E.as_expr(a) - b, bounds), 0)
 
 
-def _index_bounds(names: Sequence[E.Var], shape: Sequence[Any], other: Sequence[Any]
-                  ) -> dict[E.Var, tuple[int, int | None]]:
+def index_bounds(names: Sequence[E.Var], shape: Sequence[Any], other: Sequence[Any] = ()
+                 ) -> dict[E.Var, tuple[int, int | None]]:
     """The ranges of ``names`` indexing ``shape``, and of the symbols in ``shape`` and
     ``other``: at least 1, since at a size of 0 a tensor has no element whose index matters
     (which lets ``(x0*768 + x1) // (s*768)`` simplify to ``x0 // s``)."""
@@ -261,7 +261,7 @@ def inverse_map(task: Task, inp: TensorInput) -> tuple[tuple[E.Var, ...], tuple[
     if any(collect(i, E.TensorElement) for i in idx):
         return None  # a data-dependent index (gather) cannot be inverted
     in_shape, out_shape = inp.shape, out.shape
-    bounds = _index_bounds(out.axes, out_shape, in_shape)
+    bounds = index_bounds(out.axes, out_shape, in_shape)
     stem = re.sub(r"\W|^(?=\d)", "_", inp.name)  # an input may be named 'x.1' or '0' (ONNX)
     names = [E.Var(f"{stem}_{k}", index_type) for k in range(len(in_shape))]
     # a permutation of the output axes, each over an equal extent
@@ -276,7 +276,7 @@ def inverse_map(task: Task, inp: TensorInput) -> tuple[tuple[E.Var, ...], tuple[
     units = {a: E.as_expr(0) for a, d in zip(out.axes, out_shape) if E.is_const(d, 1)}  # unsqueezed axes
     if not _same(substitute(E.as_expr(row_major_offset(idx, in_shape)) - row_major_offset(out.axes, out_shape), units), 0, bounds):
         return None
-    in_bounds = _index_bounds(names, in_shape, out_shape)
+    in_bounds = index_bounds(names, in_shape, out_shape)
     return tuple(names), tuple(simplify_expr(E.as_expr(i), in_bounds) for i in unravel(row_major_offset(names, in_shape), out_shape))
 
 
@@ -288,7 +288,7 @@ def preserves_order(task: Task, inp: TensorInput) -> bool:
     if m is None:
         return False
     names, out_idx = m
-    bounds = _index_bounds(names, inp.shape, task.outputs[0].shape)
+    bounds = index_bounds(names, inp.shape, task.outputs[0].shape)
     return _same(E.as_expr(row_major_offset(out_idx, task.outputs[0].shape)) - row_major_offset(names, inp.shape), 0, bounds)
 
 

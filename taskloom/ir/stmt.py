@@ -236,6 +236,10 @@ class Function(Node):
     def with_body(self, body: Stmt) -> Function:
         return Function(self.name, self.params, body, self.kind, self.attrs)
 
+    def renamed(self, name: str) -> Function:
+        """The same function under ``name`` (itself when the name is already that)."""
+        return self if name == self.name else Function(name, self.params, self.body, self.kind, self.attrs)
+
     @functools.cached_property  # (a walk over the whole body: the graph compiler asks per call)
     def reports_status(self) -> bool:
         """Whether the function takes a status to report failed run-time checks in: it holds

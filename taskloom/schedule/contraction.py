@@ -28,7 +28,7 @@ import math
 from dataclasses import dataclass
 
 from taskloom.ir import expr as E
-from taskloom.ir.compute import GridCompute, ReduceCompute, Task, inline
+from taskloom.ir.compute import GridCompute, ReduceCompute, Task, index_bounds, inline
 from taskloom.ir.dtypes import DataType, float32, index_type
 from taskloom.ir.functor import Rewriter, collect, substitute
 from taskloom.ir.index import is_unit, prod, row_major_offset, unravel
@@ -81,12 +81,8 @@ class Contraction:
     def bounds(self) -> dict[E.Var, tuple[int, int | None]]:
         """The ranges of the axes, and of the symbols in the sizes: at least 1, since at 0
         there is no element to index (so ``(m*768 + n) // (s*768)`` simplifies to ``m // s``)."""
-        out: dict[E.Var, tuple[int, int | None]] = {
-            v: (0, d - 1 if isinstance(d, int) else None)
-            for v, d in ((self.vb, self.batch), (self.vm, self.M), (self.vn, self.N), (self.vk, self.K))}
-        for v in self.task.symbols():
-            out.setdefault(v, (1, None))
-        return out
+        return index_bounds((self.vb, self.vm, self.vn, self.vk), [E.as_expr(d) for d in self.shape],
+                            self.task.symbols())
 
 
 def _dims(dims) -> list[int | E.Expr]:

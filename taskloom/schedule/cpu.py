@@ -10,7 +10,6 @@ compile time (:mod:`taskloom.schedule.prepack`). Both register for target kind `
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 from dataclasses import dataclass
@@ -126,8 +125,7 @@ def tunable(con: Contraction, target: CpuTarget, prepacked_b: int = 0, prefetch_
     a_stride = a_row_stride(con, kinds[0])
 
     def fused(c: MatmulConfig, name: str = "fused") -> S.Function:
-        fn = _fused_kernel(con, c, target, in_place, prepacked_b, prefetch_b, a_stride)
-        return fn if name == fn.name else dataclasses.replace(fn, name=name)
+        return _fused_kernel(con, c, target, in_place, prepacked_b, prefetch_b, a_stride).renamed(name)
     if not con.static:  # a kernel for symbolic sizes is not timed: no arguments to time it with
         key = workload_key(con, kinds) + ("/prepacked" if prepacked_b else "")
         return Tunable(con, key, (pack[0], 0.0) if prepacked_b else pack, fused, [], a_stride)

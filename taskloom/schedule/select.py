@@ -8,7 +8,6 @@ own module (:mod:`taskloom.schedule.cpu`).
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 from typing import Any, Callable, Mapping
 
@@ -44,8 +43,7 @@ def schedule_kernel(task: Task, target: Target, choose: ChooseConfig, name: str 
     if found is not None:
         return found.build(choose(found), name or task.name)
     fn = _by_rules(task, target)
-    name = name or fn.name
-    return Scheduled(fn if fn.name == name else dataclasses.replace(fn, name=name), tuple(range(len(task.inputs))))
+    return Scheduled(fn.renamed(name or fn.name), tuple(range(len(task.inputs))))
 
 
 @functools.lru_cache(maxsize=256)

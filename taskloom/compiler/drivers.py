@@ -21,6 +21,7 @@ from taskloom.ir.compute import Task
 from taskloom.schedule.cuda.matmul import choose_config as choose_simt
 from taskloom.schedule.cuda.mma_model import choose as choose_mma
 from taskloom.schedule.registry import Candidate, Scheduled
+from taskloom.schedule.templates.attention_cpu import choose_config as choose_attention_cpu
 from taskloom.schedule.select import find_candidate, schedule_kernel as schedule_with
 from taskloom.target.base import Target
 from taskloom.tune.model import best_config, predict, rank
@@ -61,6 +62,7 @@ CONFIG_DRIVERS: dict[str, Callable[[Candidate, Target, int, "float | None"], Any
     "matmul_cuda": _cuda_config(lambda con, target: choose_simt(con, target.num_sms)),
     "matmul_mma": _cuda_config(choose_mma),
     "attention_cuda": lambda found, target, tune, deadline: None,  # one schedule: nothing to choose
+    "attention_cpu": lambda found, target, tune, deadline: choose_attention_cpu(found.tunable, target),
 }
 
 

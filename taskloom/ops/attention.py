@@ -43,13 +43,21 @@ def _check(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> None:
                       f"got {mask.dtype.name}")
 
 
-def attention(q: Any, k: Any, v: Any, mask: Any = None, scale: float | None = None, causal: bool = False) -> Tensor:
+#: What a query whose every score is masked gets: zeros (torch's scaled_dot_product_attention)
+#: or NaN (a softmax of only -inf, as an attention written out with ``softmax`` computes).
+MASKED_ROWS = ("zero", "nan")
+
+
+def attention(q: Any, k: Any, v: Any, mask: Any = None, scale: float | None = None, causal: bool = False,
+              masked_rows: str = "zero") -> Tensor:
     """``softmax(q kᵀ * scale + mask) v`` over the last two axes, as
     ``torch.nn.functional.scaled_dot_product_attention``: ``q`` (..., L, E), ``k`` (..., S, E),
     ``v`` (..., S, Ev), the leading axes broadcast; ``mask`` broadcasts to (..., L, S), bool
     (True keeps a score) or float (added); ``scale`` defaults to ``1 / sqrt(E)``; ``causal``
     masks key ``j`` for query ``i`` when ``j > i``. Scores and sums are float32 for 16-bit
-    inputs (float64 for float64 ones). A row whose every score is masked gives NaN, as torch's does."""
+    inputs (float64 for float64 ones). A query whose every score is masked gets zeros, as
+    torch's does (``masked_rows="zero"``), or NaN (``"nan"``: what ``softmax`` of the scores
+    written out gives, for graphs that spell attention so)."""
     op = OUT
     q = as_tensor(op, "q", q)
     k, v = as_tensor(op, "k", k, like=q), as_tensor(op, "v", v, like=q)
@@ -57,6 +65,8 @@ def attention(q: Any, k: Any, v: Any, mask: Any = None, scale: float | None = No
     _check(q, k, v, m)
     if not isinstance(causal, bool):
         raise OpError(f"{op}(): 'causal' must be True or False, got {causal!r}")
+    if masked_rows not in MASKED_ROWS:
+        raise OpError(f"{op}(): 'masked_rows' must be 'zero' or 'nan', got {masked_rows!r}")
     if scale is None:
         scale = 1.0 / math.sqrt(int(q.shape[-1]))
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
@@ -82,13 +92,18 @@ def attention(q: Any, k: Any, v: Any, mask: Any = None, scale: float | None = No
             return E.select(j <= i, s, -math.inf) if causal else s
         scores = compute(SCORES, (*batch, L, S), score)
         mx = compute(MAX, (*batch, L), lambda *r: reduce([S], lambda j: scores[(*r, j)], "max"))
-        total = compute(SUM, (*batch, L), lambda *r: reduce([S], lambda j: E.call("exp", scores[(*r, j)] - mx[r]), "sum"))
+        zero = masked_rows == "zero"
+
+        def top(r):  # a row of only -inf subtracts 0 where it gets zeros: exp(-inf - 0) is 0, not NaN
+            return E.select(mx[r] == -math.inf, 0.0, mx[r]) if zero else mx[r]
+        total = compute(SUM, (*batch, L), lambda *r: reduce([S], lambda j: E.call("exp", scores[(*r, j)] - top(r)), "sum"))
 
         def out(*idx):
             b, i, e = idx[:nb], idx[nb], idx[nb + 1]
-            weighted = reduce([S], lambda j: E.call("exp", scores[(*b, i, j)] - mx[(*b, i)])
+            weighted = reduce([S], lambda j: E.call("exp", scores[(*b, i, j)] - top((*b, i)))
                               * E.cast(at(V, b, j, e), f32), "sum")
-            return E.cast(weighted / total[(*b, i)], Q.dtype)
+            # a row's sum is at least 1 (its maximum's term) unless every score is masked
+            return E.cast(weighted / (E.maximum(total[(*b, i)], 1.0) if zero else total[(*b, i)]), Q.dtype)
         return compute(op, (*batch, L, V.shape[-1]), out)
     inputs, names = [q, k, v] + ([m] if m is not None else []), ["q", "k", "v"] + (["mask"] if m is not None else [])
-    return apply(op, inputs, names, build, {"scale": float(scale), "causal": causal})[0]
+    return apply(op, inputs, names, build, {"scale": float(scale), "causal": causal, "masked_rows": masked_rows})[0]

@@ -2,6 +2,7 @@
 can serve it: the task read as
 
     out[(b*L + i)*Ev + e] = epilogue(o = sum_j p(b, i, j) v(b, j, e) / sum_j p(b, i, j))
+    (the sum taken as at least 1 where a query whose every key is masked gets zeros)
     p(b, i, j) = exp(score(b, i, j, acc = sum_d q(b, i, d) k(b, j, d)) - max_j score)
 
 with the batch axes flattened into ``b``. What the group computes around the operator comes
@@ -52,6 +53,9 @@ class Attention:
     epilogue: E.Expr   # of vb, vi, ve, o
     output: GridCompute
     causal: bool = False  # score is -inf wherever j > i (a template may skip those keys)
+    # a query whose every score is masked gets zeros: a template divides by max(sum, 1) (a
+    # row's sum is at least 1 otherwise) and subtracts 0 from -inf scores, not -inf
+    masked_zero: bool = False
 
 
 def _node(task: Task, name: str) -> GridCompute | None:
@@ -117,8 +121,10 @@ def match_attention(task: Task) -> Attention | None:
     bounds = {vb: (0, batch - 1), vi: (0, L - 1), vj: (0, S - 1), vd: (0, D - 1), ve: (0, Ev - 1)}
     s = lambda e: simplify_expr(e, bounds)  # noqa: E731
     score = s(score)
+    divisor = division[0].b  # type: ignore[attr-defined]
+    masked_zero = isinstance(divisor, E.Binary) and divisor.op == "max"
     return Attention(task, batch, L, S, D, Ev, vb, vi, vj, vd, ve, acc, o, s(x), s(y), s(v), score,
-                     s(epilogue), out, _is_causal(score, vi, vj))
+                     s(epilogue), out, _is_causal(score, vi, vj), masked_zero)
 
 
 def _is_causal(score: E.Expr, vi: E.Var, vj: E.Var) -> bool:

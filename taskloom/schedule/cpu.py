@@ -29,6 +29,7 @@ from taskloom.schedule.post_fusion import fuse_contraction, fused_arg_specs, inp
 from taskloom.schedule.prepack import constant_b
 from taskloom.schedule.registry import Candidate, Scheduled, register_rules, register_template
 from taskloom.schedule.rule_based_cpu import schedule_task
+from taskloom.schedule.templates.attention_cpu import attention_candidate
 from taskloom.schedule.templates.matmul_cpu import MatmulConfig, matmul_program, pack_b_panels
 from taskloom.schedule.vectorize import vectorize_expr
 from taskloom.target.cpu import CpuTarget
@@ -175,4 +176,5 @@ def matmul_candidate(task: Task, target: CpuTarget, constants: Mapping[int, np.n
 
 
 register_template("cpu", "matmul_cpu", matmul_candidate)
+register_template("cpu", "attention_cpu", attention_candidate)
 register_rules("cpu", schedule_task)

@@ -462,3 +462,24 @@ def test_the_torch_frontend_imports_by_its_public_name():
             "from taskloom.torch import compile\n"
             "assert taskloom.torch.compile is compile and taskloom.torch.register\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("mask", [None, "causal", "float", "bool"])
+def test_scaled_dot_product_attention_is_one_kernel(mask):
+    """torch's SDPA, decomposed into matmuls and its safe softmax, runs as taskloom's fused
+    attention; a query whose every key is masked gets zeros, as in torch."""
+    q, k, v = (torch.randn(2, 3, 20, 16) for _ in range(3))
+    m = {None: None, "causal": None, "float": torch.randn(2, 1, 20, 20),
+         "bool": torch.rand(20, 20) < 0.6}[mask]
+    if mask == "float":
+        m[:, :, 4] = -torch.inf  # query 4 sees no key
+    if mask == "bool":
+        m[4] = False
+
+    def attend(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m, is_causal=mask == "causal")
+    out, backend = compiled_with(attend, q, k, v)
+    torch.testing.assert_close(out, attend(q, k, v), **TOL)
+    assert sum(k == ["attention"] or "attention" in k for k in kernels(backend)) == 1, kernels(backend)
+    if mask in ("float", "bool"):
+        assert torch.all(out[:, :, 4] == 0)

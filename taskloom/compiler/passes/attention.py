@@ -11,17 +11,26 @@ other), multiplications and divisions by a constant scalar, and one addition of 
 (scaled by the scalars after it). Each link must be read only by the next. The new node is
 kept only where a template of the target's kind serves its task; elsewhere the graph stays
 as it was.
+
+Two spellings of torch's ``scaled_dot_product_attention`` decomposed are read too: its safe
+softmax, ``where(all(x == -inf), 0, softmax(x))`` (a query whose every key is masked gets
+zeros: the node's ``masked_rows="zero"``; a plain softmax gives NaN there, ``"nan"``), and
+its causal mask, a constant that is -inf above the diagonal and 0 elsewhere (the node's
+``causal=True``, so a template skips the masked blocks instead of reading the mask).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from taskloom import ops
 from taskloom.compiler.passes.dead_nodes import eliminate_dead_nodes
 from taskloom.compiler.passes.rewrite import Rewrite, rewrite
 from taskloom.graph.graph import Graph, Node
 from taskloom.graph.tensor import Tensor
+from taskloom.ir.dtypes import boolean
 from taskloom.schedule.select import find_candidate
 from taskloom.target.base import Target
 
@@ -63,13 +72,19 @@ class _Scores:
     mask_shape: tuple = ()
 
 
-def _scores(softmax: Node, ctx: Rewrite) -> _Scores | None:
+def _scores(probs: "_Probabilities", ctx: Rewrite) -> _Scores | None:
     """Walk up from the softmax's input to the first matmul; None where a link does not fit."""
+    softmax = probs.softmax
     reader, x = softmax, softmax.inputs[0]
     found = _Scores(softmax)  # product filled in at the matmul
     while True:
         node = _producer(x)
-        if node is None or not ctx.only_read_by(x, reader):
+        if node is None:
+            return None
+        if reader is softmax and probs.test is not None:  # the safe softmax's test reads it too
+            if id(x) in ctx._outputs or ctx.uses(x) != 2 or not any(t is x for t in probs.test.inputs):
+                return None
+        elif not ctx.only_read_by(x, reader):
             return None
         if node.op in _MATMULS:
             found.product = node
@@ -100,9 +115,19 @@ def _on_path(t: Tensor) -> bool:
     return node is not None and (node.op in (*_MATMULS, "mul", "div") or _leading_reshape(node))
 
 
-def _softmax_above(node: Node, ctx: Rewrite) -> Node | None:
+@dataclass
+class _Probabilities:
+    """The softmax a chain's second matmul reads, and for torch's safe softmax the node of its
+    test that reads the scores too (a query whose every key is masked then gets zeros)."""
+
+    softmax: Node
+    test: Node | None = None
+
+
+def _softmax_above(node: Node, ctx: Rewrite) -> _Probabilities | None:
     """The softmax whose probabilities ``node`` (a matmul) reads as its ``a`` operand through
-    leading-axis reshapes, each link read only by the next; None where there is none."""
+    leading-axis reshapes, or through a safe softmax's ``where``, each link read only by the
+    next; None where there is none."""
     a, _, transpose_a, _ = _operands(node)
     if transpose_a:
         return None
@@ -112,30 +137,92 @@ def _softmax_above(node: Node, ctx: Rewrite) -> Node | None:
         if producer is None or not ctx.only_read_by(x, reader):
             return None
         if producer.op == "softmax":
-            return producer
+            return _Probabilities(producer)
+        if producer.op == "where":
+            return _safe_softmax(producer, ctx)
         if not _leading_reshape(producer):
             return None
         reader, x = producer, producer.inputs[0]
+
+
+def _safe_softmax(where: Node, ctx: Rewrite) -> _Probabilities | None:
+    """``where(all(x == -inf, last axis), 0, softmax(x))`` read as a softmax that gives a row
+    of only -inf zeros; None for any other ``where``."""
+    cond, zeros, p = where.inputs
+    softmax = _producer(p)
+    if softmax is None or softmax.op != "softmax" or not ctx.only_read_by(p, where) or not zeros.is_concrete \
+            or np.any(zeros.numpy() != 0) or tuple(zeros.shape) != tuple(p.shape):
+        return None
+    test = _all_minus_inf(cond, softmax.inputs[0])
+    return _Probabilities(softmax, test) if test is not None else None
+
+
+def _all_minus_inf(cond: Tensor, x: Tensor) -> Node | None:
+    """The node comparing ``x`` with -inf when ``cond`` is the test that every element of a
+    row of ``x`` is -inf, spelled as torch decomposes ``all``: ``not(sum(cast(y)) > 0)`` with
+    ``y = not(x == -inf)`` (casts and ``!= 0`` of a boolean are the boolean itself); else None."""
+    def through(t: Tensor, nots: int = 0) -> tuple[Tensor, int]:
+        node = _producer(t)
+        while node is not None and (node.op in ("logical_not", "cast") or (
+                node.op == "not_equal" and _scalar_value(node.inputs[1]) == 0 and node.inputs[0].dtype == boolean)):
+            nots += node.op == "logical_not"
+            t = node.inputs[0]
+            node = _producer(t)
+        return t, nots
+    t, outer = through(cond)
+    greater = _producer(t)
+    if greater is None or greater.op != "greater" or _scalar_value(greater.inputs[1]) != 0:
+        return None
+    total = _producer(greater.inputs[0])
+    if total is None or total.op != "sum" or tuple(total.task.attr("axis", ())) not in ((x.ndim - 1,), (-1,)):
+        return None
+    t, inner = through(total.inputs[0])
+    equal = _producer(t)
+    if equal is None or equal.op != "equal" or equal.inputs[0] is not x or _scalar_value(equal.inputs[1]) != -math.inf:
+        return None
+    return equal if outer % 2 == 1 and inner % 2 == 1 else None
+
+
+def _scalar_value(t: Tensor) -> float | None:
+    """The value of a constant tensor of one element (of any type), else None."""
+    if not t.is_concrete:
+        return None
+    a = t.numpy()
+    return float(a.reshape(())) if a.size == 1 else None
+
+
+def _causal(mask: Tensor, scale: float, shape: tuple) -> bool:
+    """Whether ``mask * scale`` broadcast to ``shape`` (..., L, S) is a constant causal mask:
+    -inf (or float32's lowest, which ``exp`` takes to 0 as well) for ``j > i``, 0 elsewhere."""
+    if not mask.is_concrete or scale <= 0 or mask.ndim < 2:
+        return False
+    L, S = shape[-2:]
+    m = mask.numpy()
+    if m.shape[-2:] != (L, S) or m.dtype.kind != "f":
+        return False
+    above = np.triu(np.ones((L, S), bool), 1)
+    return bool(np.all(m[..., ~above] == 0) and np.all(m[..., above] <= np.finfo(np.float32).min))
 
 
 def _rule(target: Target):
     def rule(node: Node, inputs: list[Tensor], ctx: Rewrite) -> list[Tensor] | None:
         if node.op not in _MATMULS or not all(isinstance(d, int) for d in node.outputs[0].shape):
             return None  # (the attention templates serve static sizes)
-        softmax = _softmax_above(node, ctx)
+        probs = _softmax_above(node, ctx)
+        softmax = probs.softmax if probs is not None else None
         if softmax is None or softmax.task.attr("axis") not in (-1, softmax.outputs[0].ndim - 1):
             return None
-        scores = _scores(softmax, ctx)
+        scores = _scores(probs, ctx)  # type: ignore[arg-type]
         if scores is None:
             return None
-        out = _attention(scores, node, ctx)
+        out = _attention(scores, node, ctx, "zero" if probs.test is not None else "nan")  # type: ignore[union-attr]
         if out is None or find_candidate(_producer(out).task, target) is None:  # type: ignore[union-attr]
             return None
         return [ops.reshape(out, tuple(node.outputs[0].shape))]
     return rule
 
 
-def _attention(scores: _Scores, second: Node, ctx: Rewrite) -> Tensor | None:
+def _attention(scores: _Scores, second: Node, ctx: Rewrite, masked_rows: str) -> Tensor | None:
     """The attention node standing for the chain, in the first matmul's batch axes."""
     q, kt, ta, tb = _operands(scores.product)
     q, kt = ctx.new(q), ctx.new(kt)
@@ -150,15 +237,17 @@ def _attention(scores: _Scores, second: Node, ctx: Rewrite) -> Tensor | None:
     if v.ndim < 2 or math.prod(v.shape[:-2]) != math.prod(space[:-2]):
         return None
     v = ops.reshape(v, (*space[:-2], *v.shape[-2:]))
-    mask = None
-    if scores.mask is not None:
+    mask, causal = None, False
+    if scores.mask is not None and _causal(scores.mask, scores.mask_scale, scores.mask_shape):
+        causal = True
+    elif scores.mask is not None:
         mask = ops.broadcast_to(ctx.new(scores.mask), scores.mask_shape)
         mask = ops.reshape(mask, space)
         if scores.mask_scale != 1.0:
             mask = ops.mul(mask, scores.mask_scale)
     if q.dtype != k.dtype or q.dtype != v.dtype:
         return None
-    return ops.attention(q, k, v, mask=mask, scale=scores.scale)
+    return ops.attention(q, k, v, mask=mask, scale=scores.scale, causal=causal, masked_rows=masked_rows)
 
 
 def fuse_attention(graph: Graph, target: Target) -> Graph:

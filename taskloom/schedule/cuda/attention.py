@@ -253,7 +253,8 @@ class _Kernel:
         sums = S.For(h, E.as_expr(2), S.seq([S.BufferStore(self.row_sum, (h,), total + gpu.shuffle("shfl_xor", total, d))
                                              for d in (1, 2)]), "unroll")
         i, col = self._query(e), n * 8 + (self.lane % 4) * 2 + e % 2
-        o = E.TensorElement(self.o_acc, (n, e)) / E.TensorElement(self.row_sum, (e // 2,))
+        row_total = E.TensorElement(self.row_sum, (e // 2,))
+        o = E.TensorElement(self.o_acc, (n, e)) / (E.maximum(row_total, 1.0) if att.masked_zero else row_total)
         value = self.read(att.epilogue, {att.vb: self.bz, att.vi: i, att.ve: col, att.o: o})
         index = unravel((self.bz * att.L + i) * att.Ev + col, att.output.shape)
         store = S.If(i < att.L, S.BufferStore(self.out, tuple(index), value))

@@ -55,7 +55,7 @@ def test_the_chain_becomes_one_attention_node():
 
 def test_left_alone_where_no_template_serves_it():
     graph = optimize(traced())
-    assert fuse_attention(graph, CpuTarget.host()) is graph  # no CPU attention template
+    assert fuse_attention(graph, CpuTarget.host()) is graph  # the CPU template takes float32
     graph32 = optimize(traced("float32"))
     assert fuse_attention(graph32, CUDA) is graph32  # the CUDA template takes 16-bit inputs
     shared = optimize(traced(softmax_out=True))
@@ -71,3 +71,50 @@ def test_the_fused_model_computes_what_the_chain_did(mask_first):
     compiled = taskloom.compile(graph, target="cuda:sm_80", device="emulator")
     np.testing.assert_allclose(compiled(x, mask).astype(np.float32), want.astype(np.float32), rtol=5e-3, atol=5e-3)
     assert sum("attention_cuda" in text for text in compiled.meta["kernel_ir"]) == 1
+
+
+def sdpa_spelling(causal=False, all_test=True) -> Graph:
+    """torch's scaled_dot_product_attention as its decomposition leaves it: the scale split
+    over q and k, a constant causal mask added, and the safe softmax
+    ``where(all(x == -inf), 0, softmax(x))`` (``all`` spelled with ``not``, ``sum`` and ``>``)."""
+    q, k, v = (input((1, H, L, D), "float32", name=n) for n in "qkv")
+    c = taskloom.asarray(np.array(D ** -0.25, "float32"))
+    s = ops.reshape(ops.batch_matmul(ops.reshape(ops.mul(q, c), (H, L, D)),
+                                     ops.reshape(ops.mul(ops.permute(k, (0, 1, 3, 2)), c), (H, D, L))), (1, H, L, L))
+    if causal:
+        s = ops.add(s, taskloom.asarray(np.triu(np.full((L, L), -np.inf, "float32"), 1)))
+    hit = ops.equal(s, taskloom.asarray(np.array(-np.inf, "float32")))
+    if all_test:
+        none_free = ops.logical_not(ops.greater(ops.sum(ops.cast(ops.not_equal(ops.logical_not(hit), taskloom.asarray(
+            np.array(0, "int64"))), "int32"), axis=3, keepdim=True), taskloom.asarray(np.array(0, "int64"))))
+    else:  # "any score is -inf": not the safe softmax's test
+        none_free = ops.greater(ops.sum(ops.cast(hit, "int32"), axis=3, keepdim=True), taskloom.asarray(np.array(0, "int64")))
+    p = ops.where(none_free, taskloom.asarray(np.zeros((1, H, L, L), "float32")), ops.softmax(s, axis=3))
+    out = ops.reshape(ops.batch_matmul(ops.reshape(p, (H, L, L)), ops.reshape(v, (H, L, D))), (1, H, L, D))
+    return Graph([q, k, v], [out])
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_torch_sdpa_spelling_becomes_one_node(causal):
+    graph = optimize(sdpa_spelling(causal))
+    after = fuse_attention(graph, CpuTarget.host())
+    assert ops_of(after).count("attention") == 1
+    assert not {"softmax", "where", "equal", "sum", "add"} & set(ops_of(after))  # the mask is the causal flag
+    [node] = [n for n in after.nodes if n.op == "attention"]
+    assert node.task.attr("masked_rows") == "zero" and node.task.attr("causal") is causal
+    feeds = [rng.standard_normal((1, H, L, D)).astype("float32") for _ in range(3)]
+    np.testing.assert_allclose(taskloom.compile(sdpa_spelling(causal))(*feeds),
+                               taskloom.compile(sdpa_spelling(causal), optimize=False)(*feeds), rtol=1e-5, atol=1e-5)
+
+
+def test_other_tests_and_masks_are_not_read_as_torchs():
+    graph = optimize(sdpa_spelling(all_test=False))
+    assert fuse_attention(graph, CpuTarget.host()) is graph  # "any -inf" is not "all -inf"
+    q, k, v = (input((1, H, L, D), "float32", name=n) for n in "qkv")
+    near = np.triu(np.full((L, L), -1e4, "float32"), 1)  # a large negative mask is a mask, not the causal flag
+    s = ops.add(ops.batch_matmul(ops.reshape(q, (H, L, D)), ops.reshape(ops.permute(k, (0, 1, 3, 2)), (H, D, L))),
+                taskloom.asarray(near))
+    out = ops.batch_matmul(ops.softmax(s, axis=2), ops.reshape(v, (H, L, D)))
+    after = fuse_attention(optimize(Graph([q, k, v], [out])), CpuTarget.host())
+    [node] = [n for n in after.nodes if n.op == "attention"]
+    assert node.task.attr("causal") is False and node.task.attr("masked_rows") == "nan" and len(node.inputs) == 4

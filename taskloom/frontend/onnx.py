@@ -25,6 +25,7 @@ The ``onnx`` package is imported only when a model is converted (``pip install
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
@@ -33,10 +34,11 @@ import numpy as np
 # the converters register themselves on import
 from taskloom.frontend import onnx_elementwise, onnx_nn, onnx_shape  # noqa: F401
 from taskloom.frontend.onnx_registry import (ONNX_DTYPES, REGISTRY, ConstantPool, Converter, OnnxNode, Value,
-                                             as_numpy, converter, is_const, taskloom_dtype)
+                                             as_numpy, converter, is_const, shape_of, shape_text, taskloom_dtype)
 from taskloom.errors import FrontendError, TaskloomError
+from taskloom.frontend.onnx_symbolic import DATA_FIRST, evaluate, has_symbolic_shape, is_sizes
 from taskloom.graph.graph import Graph
-from taskloom.graph.tensor import Tensor, input as graph_input
+from taskloom.graph.tensor import Tensor, input as graph_input, symbol as graph_symbol
 from taskloom.ir import dtypes as T
 
 if TYPE_CHECKING:
@@ -138,12 +140,17 @@ def _first_lines(e: Exception, limit: int = 6) -> str:
 def from_onnx(path_or_model: Any, input_shapes: InputShapes = None, *,
               constants: Mapping[str, Any] | None = None, target: "Target | str | None" = None,
               verbose: bool = False, tune: int = 0, budget: "str | float | None" = None,
-              layout: str = "auto", device: str | None = None) -> "CompiledGraph":
+              layout: str = "auto", device: str | None = None,
+              dynamic: Mapping[str, tuple[int, int]] | None = None) -> "CompiledGraph":
     """Converts an ONNX model (a path, bytes or an ``onnx.ModelProto``) and compiles it for
     ``target`` (default: this machine).
 
-    ``input_shapes`` gives the shapes of inputs whose dimensions the model leaves symbolic:
-    ``{"input_ids": (1, 128)}``, or one shape per model input in order. ``constants`` fixes
+    A dimension the model leaves symbolic (``dim_param`` ``"batch"``) stays symbolic: the
+    compiled model takes every size of it, one library for all (the symbol's range from
+    ``dynamic``, ``{"batch": (1, 64)}``, else any size), and the shape arithmetic exporters
+    emit for it (``Shape -> Gather -> Concat -> Reshape``) is carried out on the symbols
+    (:mod:`~taskloom.frontend.onnx_symbolic`). ``input_shapes`` fixes such inputs' shapes
+    instead: ``{"input_ids": (1, 128)}``, or one shape per model input in order. ``constants`` fixes
     the values of model inputs that decide the computation's shape (a ``Reshape`` target or
     ``Slice`` bounds the model takes as inputs): ``{"shape": np.array([2, -1])}``; they are
     no longer inputs of the compiled model. When a model needs that, the error says which
@@ -151,8 +158,16 @@ def from_onnx(path_or_model: Any, input_shapes: InputShapes = None, *,
     remaining inputs (initializers excluded) in order. ``tune``, ``budget``, ``layout`` and
     ``device`` are :func:`taskloom.compile`'s."""
     from taskloom.compiler.graph_compiler import compile_graph
-    return compile_graph(onnx_to_graph(path_or_model, input_shapes, constants=constants), target,
-                         verbose=verbose, tune=tune, budget=budget, layout=layout, device=device)
+    from taskloom.target import get_target
+    graph = onnx_to_graph(path_or_model, input_shapes, constants=constants)
+    symbolic = [t.name for t in graph.inputs if has_symbolic_shape(t)]
+    if symbolic and get_target(target).kind == "cuda":
+        raise FrontendError(f"model input(s) {', '.join(repr(n) for n in symbolic)} have symbolic dimensions, and "
+                            "CUDA targets compile static shapes only so far: fix them with "
+                            f"input_shapes={{'{symbolic[0]}': (...), ...}}")
+    return compile_graph(graph, target,
+                         verbose=verbose, tune=tune, budget=budget, layout=layout, device=device,
+                         ranges=dict(dynamic) if dynamic else None)
 
 
 # ----------------------------------------------------------------------------- the conversion
@@ -176,6 +191,24 @@ def onnx_to_graph(model: Any, input_shapes: InputShapes = None, *,
         raise
     except Exception as e:  # a fault outside any one node: still a FrontendError
         raise FrontendError(f"cannot convert {where}: {type(e).__name__}: {e}") from e
+
+
+def _symbol_name(dim: str, input_name: str, axis: int) -> str:
+    """The symbol of a symbolic dimension: its ``dim_param`` as an identifier, or for an
+    unnamed one ``<input>_<axis>``."""
+    name = dim if dim != "?" else f"{input_name}_{axis}"
+    name = re.sub(r"\W", "_", name)
+    return name if name[:1].isalpha() or name[:1] == "_" else f"d_{name}"
+
+
+def _shape_arithmetic(op_type: str, ins: list[Any]) -> bool:
+    """Whether a node computes on symbolic sizes only: ``Shape`` or ``Size`` of a tensor
+    with symbolic dimensions, or an operator of :class:`Sizes` and constants."""
+    if op_type in ("Shape", "Size"):
+        return bool(ins) and has_symbolic_shape(ins[0])
+    if op_type in DATA_FIRST and not (ins and is_sizes(ins[0])):
+        return False  # a constant's slice, gather, reshape: the operator's, however symbolic its bounds
+    return any(is_sizes(v) for v in ins) and all(v is None or is_sizes(v) or is_const(v) for v in ins)
 
 
 def _inputs_behind(t: Tensor) -> set[str]:
@@ -341,18 +374,21 @@ class _Converter:
                     errors.append(f"{where} has shape {dims} in the model; input_shapes gives {shape}, which "
                                   "does not fit it")
                     continue
-            elif dims is None or not all(isinstance(d, int) for d in dims):
-                shown = "an unknown rank" if dims is None else f"the symbolic shape {dims}"
-                errors.append(f"{where} has {shown}; give its static shape: input_shapes={{'{vi.name}': (...)}}")
+            elif dims is None:
+                errors.append(f"{where} has an unknown rank; give its static shape: "
+                              f"input_shapes={{'{vi.name}': (...)}}")
                 continue
-            else:
-                shape = dims  # type: ignore[assignment]
+            else:  # a named dimension stays a symbol of that name (one size for all inputs naming it)
+                shape = [d if isinstance(d, int) else graph_symbol(_symbol_name(d, vi.name, k))
+                         for k, d in enumerate(dims)]  # type: ignore[assignment]
             try:
                 dt = taskloom_dtype(tt.elem_type, where)
             except FrontendError as e:
                 errors.append(str(e))
                 continue
-            out.append(graph_input(tuple(shape), dt, name=vi.name))  # type: ignore[arg-type]
+            symbolic = any(not isinstance(d, int) for d in shape)
+            out.append(Tensor(tuple(shape), dt, name=vi.name) if symbolic  # type: ignore[arg-type]
+                       else graph_input(tuple(shape), dt, name=vi.name))
         if errors:
             raise FrontendError("cannot create the model's inputs:\n  " + "\n  ".join(errors))
         return out
@@ -373,9 +409,10 @@ class _Converter:
                                     f"declares {want.name}")
             if tt is not None and tt.HasField("shape"):
                 dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
-                shape = tuple(int(d) for d in t.shape)
-                if len(dims) != len(shape) or any(d is not None and d != s for d, s in zip(dims, shape)):
-                    problems.append(f"model output '{vi.name}' came out with shape {shape}, but the model "
+                shape = shape_of(t)
+                if len(dims) != len(shape) or any(d is not None and isinstance(s, int) and d != s
+                                                  for d, s in zip(dims, shape)):
+                    problems.append(f"model output '{vi.name}' came out with shape {shape_text(shape)}, but the model "
                                     f"declares {[d if d is not None else '?' for d in dims]}")
             outs.append(t)
         return outs
@@ -410,6 +447,10 @@ class _Converter:
     def _convert(self, node: Any, label: str, ins: list[Value | None]) -> list[Value]:
         domain = "" if node.domain == "ai.onnx" else node.domain
         version = self._version(node.op_type, domain)
+        if version is not None and domain == "" and _shape_arithmetic(node.op_type, ins):
+            symbolic = evaluate(node.op_type, ins, self._attrs(node, label), label)
+            if symbolic is not None:
+                return symbolic
         if version is not None and all(v is None or is_const(v) for v in ins) and node.op_type not in _NO_FOLD:
             folded = self._fold(node, ins, domain)
             if folded is not None:

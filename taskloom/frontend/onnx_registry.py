@@ -29,10 +29,13 @@ from typing import Any, Callable, Sequence, Union
 import numpy as np
 
 from taskloom.errors import FrontendError
+from taskloom.frontend.onnx_symbolic import Sizes, elements
 from taskloom.graph.tensor import Tensor, asarray
 from taskloom.ir import dtypes as T
+from taskloom.ir import expr as E
+from taskloom.ir.printer import expr_text
 
-Value = Union[np.ndarray, Tensor]
+Value = Union[np.ndarray, Tensor, Sizes]
 
 #: ONNX ``TensorProto.DataType`` codes of the element types taskloom has.
 ONNX_DTYPES: dict[int, str] = {1: "float32", 2: "uint8", 3: "int8", 5: "int16", 6: "int32", 7: "int64",
@@ -121,9 +124,22 @@ def dtype_of(v: Value) -> T.DataType:
     return v.dtype if isinstance(v, Tensor) else T.dtype(v.dtype)
 
 
-def shape_of(v: Value) -> tuple[int, ...]:
-    """The static shape of a value as ints."""
-    return tuple(int(d) for d in v.shape)
+def shape_of(v: Value) -> tuple[Any, ...]:
+    """The shape of a value: ints, and expressions where a size is symbolic."""
+    return tuple(d if isinstance(d, E.Expr) else int(d) for d in v.shape)
+
+
+def static_shape(n: "OnnxNode", v: Value, what: str = "the input") -> tuple[int, ...]:
+    """The shape of a value as ints; an error naming the node where a size is symbolic."""
+    shape = shape_of(v)
+    if any(isinstance(d, E.Expr) for d in shape):
+        raise n.error(f"{what} has the symbolic shape {shape_text(shape)}, and this operator needs static sizes "
+                      "here; fix the model's symbolic sizes with input_shapes")
+    return shape  # type: ignore[return-value]
+
+
+def shape_text(shape: Sequence[Any]) -> str:
+    return "(" + ", ".join(expr_text(d) if isinstance(d, E.Expr) else str(d) for d in shape) + ")"
 
 
 @dataclass
@@ -190,6 +206,9 @@ class OnnxNode:
 
     def as_tensor(self, v: Value) -> Tensor:
         """A value as a taskloom tensor (a numpy constant becomes a graph constant)."""
+        if isinstance(v, Sizes):
+            raise self.error(f"reads the symbolic sizes {v.text()} as data, which only shape arithmetic and the "
+                             "operators that take a shape may; fix the model's symbolic sizes with input_shapes")
         return v if isinstance(v, Tensor) else self.pool.tensor(v, self.label)
 
     def const(self, k: int, what: str) -> np.ndarray | None:
@@ -198,6 +217,9 @@ class OnnxNode:
         v = self.input(k)
         if v is None:
             return None
+        if isinstance(v, Sizes):
+            raise self.error(f"input {k} ({what}) holds the symbolic sizes {v.text()}, and this operator needs it "
+                             "constant; fix the model's symbolic sizes with input_shapes")
         if not is_const(v):
             err = self.error(f"input {k} ({what}) must be a constant known at conversion time (an initializer, "
                              "a Constant, or computed from static shapes), but it depends on a model input")
@@ -216,6 +238,16 @@ class OnnxNode:
             raise self.error(f"input {k} ({what}) must be a 1-d tensor of integers, got {arr.dtype} of shape "
                              f"{arr.shape}")
         return [int(x) for x in arr.reshape(-1)]
+
+    def sizes(self, k: int, what: str) -> list[Any] | None:
+        """A 1-d integer input that may hold symbolic sizes (a shape, a bound) as a list of
+        ints and expressions (None where it is left out)."""
+        v = self.input(k)
+        if not isinstance(v, Sizes):
+            return self.ints(k, what)
+        if v.ndim > 1:
+            raise self.error(f"input {k} ({what}) must be 1-d, got the shape {v.shape}")
+        return list(elements(v).reshape(-1))
 
     def scalar(self, k: int, what: str) -> Any:
         """A constant one-element input as a Python number (None where it is left out)."""

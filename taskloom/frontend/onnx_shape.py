@@ -3,8 +3,11 @@ Unsqueeze, Concat, Split, Slice, Gather, GatherElements, GatherND, ScatterElemen
 Expand, Tile, Pad, Trilu, Shape,
 Size, Constant, ConstantOfShape, Range, Dropout.
 
-Shapes are static, so ``Shape`` and ``Size`` give numpy constants, and the sizes, axes and
-pads these operators take must be constants by the time they are converted.
+``Shape`` and ``Size`` give numpy constants where shapes are static, and the sizes, axes and
+pads these operators take must be constants by the time they are converted; where a model
+input's dimension is symbolic, the shapes that follow from it are
+:class:`~taskloom.frontend.onnx_symbolic.Sizes`, which Reshape, Expand, ConstantOfShape,
+Range and Slice take as their shapes and bounds.
 """
 from __future__ import annotations
 
@@ -15,7 +18,9 @@ from taskloom import ops
 from taskloom.frontend.onnx_elementwise import zero_of
 from taskloom.frontend.onnx_registry import (OnnxNode, Value, as_numpy, converter, dtype_of, is_const,
                                              normalize_axes, normalize_axis, shape_of, taskloom_dtype)
+from taskloom.frontend.onnx_symbolic import Sizes, broadcast_shapes, elements
 from taskloom.graph.tensor import Tensor
+from taskloom.ir import expr as E
 
 
 # ----------------------------------------------------------------------------- reshapes
@@ -24,16 +29,17 @@ from taskloom.graph.tensor import Tensor
 def reshape(n: OnnxNode) -> Tensor:
     """Reshape: 0 copies the input's size there (unless ``allowzero``), -1 is inferred."""
     x = n.tensor(0)
-    shape = n.ints(1, "shape")
+    shape = n.sizes(1, "shape")
     if shape is None:
         raise n.error("input 1 (shape) is required")
     allowzero = n.flag("allowzero", 0)
-    copied = [k for k, d in enumerate(shape) if d == 0 and not allowzero and k >= x.ndim]
+    shape = [d if isinstance(d, E.Expr) else int(d) for d in shape]
+    copied = [k for k, d in enumerate(shape) if isinstance(d, int) and d == 0 and not allowzero and k >= x.ndim]
     if copied:
         raise n.error(f"'shape'={shape} holds 0 at position {copied[0]}, which copies that dimension of the "
                       f"input, but the input is {x.ndim}-d (shape {shape_of(x)}); give the size itself")
-    target = [x.shape[k] if d == 0 and not allowzero else d for k, d in enumerate(shape)]
-    if tuple(target) == x.shape:
+    target = [x.shape[k] if isinstance(d, int) and d == 0 and not allowzero else d for k, d in enumerate(shape)]
+    if tuple(target) == tuple(x.shape):
         return x
     return ops.reshape(x, target)
 
@@ -84,11 +90,8 @@ def transpose(n: OnnxNode) -> Tensor:
 def expand(n: OnnxNode) -> Tensor:
     """Expand: numpy broadcasting of the input and ``shape`` (either may hold the 1s)."""
     x = n.tensor(0)
-    shape = n.ints(1, "shape")
-    try:
-        target = tuple(np.broadcast_shapes(shape_of(x), tuple(shape or ())))
-    except ValueError:
-        raise n.error(f"the input of shape {shape_of(x)} cannot be broadcast to 'shape'={shape}") from None
+    shape = n.sizes(1, "shape") or []
+    target = broadcast_shapes(shape_of(x), shape, n.label)
     return x if target == shape_of(x) else ops.broadcast_to(x, target)
 
 
@@ -165,7 +168,7 @@ def gather_block(n: OnnxNode, x: Tensor, picks: dict[int, np.ndarray]) -> Tensor
 def slice_(n: OnnxNode) -> Tensor:
     """Slice: forward steps become slices; any backward step gathers the positions instead."""
     x = n.tensor(0)
-    starts, ends = n.ints(1, "starts"), n.ints(2, "ends")
+    starts, ends = n.sizes(1, "starts"), n.sizes(2, "ends")
     if starts is None or ends is None or len(starts) != len(ends):
         raise n.error(f"'starts' ({starts}) and 'ends' ({ends}) must be given, one of each per sliced axis")
     axes = n.ints(3, "axes") or list(range(len(starts)))
@@ -175,8 +178,11 @@ def slice_(n: OnnxNode) -> Tensor:
                       "hold as many")
     if len(set(normalize_axes(n, axes, x.ndim))) != len(axes):
         raise n.error(f"'axes'={axes} names an axis twice")
+    bounds = list(zip(starts, ends, normalize_axes(n, axes, x.ndim), steps))
+    if any(isinstance(v, E.Expr) for s, e, a, _ in bounds for v in (s, e, x.shape[a])):
+        return _symbolic_slice(n, x, bounds)
     picks: dict[int, range] = {}
-    for start, end, axis, step in zip(starts, ends, normalize_axes(n, axes, x.ndim), steps):
+    for start, end, axis, step in bounds:
         if step == 0:
             raise n.error("'steps' must not hold 0")
         picked = range(*slice(start, end, step).indices(x.shape[axis]))
@@ -187,6 +193,18 @@ def slice_(n: OnnxNode) -> Tensor:
     y = x
     for axis, r in picks.items():
         y = ops.slice(y, axis, r.start, r.stop, r.step)
+    return y
+
+
+def _symbolic_slice(n: OnnxNode, x: Tensor, bounds: list) -> Tensor:
+    """Slice where a bound or a sliced size is symbolic: forward steps only (the bounds are
+    taken to lie within the sizes, as an exporter's shape arithmetic makes them)."""
+    y = x
+    for start, end, axis, step in bounds:
+        if step <= 0:
+            raise n.error(f"'steps'={step} on the symbolic size {x.shape[axis]}: only forward steps are supported")
+        if not (isinstance(start, int) and start == 0 and isinstance(end, int) and end >= 2 ** 62 and step == 1):
+            y = ops.slice(y, axis, start, end, step)
     return y
 
 
@@ -385,11 +403,13 @@ def constant(n: OnnxNode) -> np.ndarray:
 @converter("ConstantOfShape", versions=(9, 25))
 def constant_of_shape(n: OnnxNode) -> np.ndarray:
     """ConstantOfShape: a constant filled with ``value`` (default float32 0)."""
-    dims = n.ints(0, "shape") or []
-    if any(d < 0 for d in dims):
+    dims = n.sizes(0, "shape") or []
+    if any(isinstance(d, int) and d < 0 for d in dims):
         raise n.error(f"input 0 (shape) must hold non-negative sizes, got {dims}")
     value = n.attr("value")
     fill = np.zeros(1, np.float32) if value is None else np.asarray(value).reshape(-1)
+    if any(isinstance(d, E.Expr) for d in dims):  # a symbolic size: the value broadcast, in the graph
+        return ops.broadcast_to(n.as_tensor(np.array(fill[0], dtype=fill.dtype)), dims)
     return np.full(dims, fill[0], dtype=fill.dtype)
 
 
@@ -408,6 +428,10 @@ def eye_like(n: OnnxNode) -> np.ndarray:
 @converter("Range", versions=(11, 27))
 def range_(n: OnnxNode) -> np.ndarray:
     """Range: only with constant inputs (the node folds; this asks for them otherwise)."""
+    if isinstance(n.input(1), Sizes):  # up to a symbolic size: recorded in the graph
+        start, delta = n.scalar(0, "start"), n.scalar(2, "delta")
+        [limit] = elements(n.input(1)).reshape(-1)
+        return ops.arange(start, limit, delta, dtype=dtype_of(n.required(0)))
     # the output's size depends on the values, so they must be known (then the node folds)
     start, limit, delta = (n.const(k, what) for k, what in enumerate(("start", "limit", "delta")))
     if start is None or limit is None or delta is None:

@@ -6,10 +6,13 @@ drift hits both. ``--switch`` picks what differs:
 - ``a-in-place``: the matmul template told every A must be packed, then the real distance
   between A's rows, which lets it read a plain A in place;
 - ``k-block``: K cut into blocks of the config's ``kc`` and a short remainder, then into
-  as many blocks made as equal as whole vectors allow (``matmul_cpu.k_block``).
+  as many blocks made as equal as whole vectors allow (``matmul_cpu.k_block``);
+- ``attention``: the CPU attention template withdrawn (the chain of matmuls and a softmax,
+  the scores stored), then offered (attention in one kernel).
 
     python bench/model_ab.py --switch prefetch resnet50 bert --rounds 10
     python bench/model_ab.py --switch k-block matmul:512,512,512 --rounds 15
+    python bench/model_ab.py --switch attention bert gpt2 --seq 384
 
 A model is a name of ``taskloom bench model``'s zoo, or ``matmul:M,N,K`` for one product.
 """
@@ -30,7 +33,7 @@ from taskloom.bench.peers import first_output
 from taskloom.bench.timing import machine, time_rounds
 from taskloom.ir.index import round_up
 from taskloom.compiler import drivers
-from taskloom.schedule import contraction
+from taskloom.schedule import contraction, registry
 from taskloom.schedule.templates import matmul_cpu
 
 
@@ -49,10 +52,16 @@ def _k_block(on: bool) -> Any:
     return mock.patch.object(matmul_cpu, "k_block", real if on else (lambda K, kc, lanes: min(round_up(kc, lanes), K)))
 
 
+def _attention(on: bool) -> Any:
+    kept = [(n, f) for n, f in registry.templates_for("cpu") if on or n != "attention_cpu"]
+    return mock.patch.dict(registry._TEMPLATES, {"cpu": kept})
+
+
 #: switch -> (patch for off or on, the two columns' names)
 SWITCHES = {"prefetch": (_prefetch, ("not prefetched", "prefetched")),
             "a-in-place": (_a_in_place, ("A packed", "A in place")),
-            "k-block": (_k_block, ("K blocks of kc", "K blocks evened out"))}
+            "k-block": (_k_block, ("K blocks of kc", "K blocks evened out")),
+            "attention": (_attention, ("attention unfused", "attention fused"))}
 
 
 def _subject(name: str, args: argparse.Namespace) -> tuple[tuple[Any, ...], list[np.ndarray]]:

@@ -13,8 +13,9 @@ kept only where a template of the target's kind serves its task; elsewhere the g
 as it was.
 
 Two spellings of torch's ``scaled_dot_product_attention`` decomposed are read too: its safe
-softmax, ``where(all(x == -inf), 0, softmax(x))`` (a query whose every key is masked gets
-zeros: the node's ``masked_rows="zero"``; a plain softmax gives NaN there, ``"nan"``), and
+softmax, ``where(all(x == -inf), 0, softmax(x))`` or, exported to ONNX,
+``where(isnan(p), 0, p)`` (a query whose every key is masked gets zeros: the node's
+``masked_rows="zero"``; a plain softmax gives NaN there, ``"nan"``), and
 its causal mask, a constant that is -inf above the diagonal and 0 elsewhere (the node's
 ``causal=True``, so a template skips the masked blocks instead of reading the mask).
 """
@@ -117,10 +118,12 @@ def _on_path(t: Tensor) -> bool:
 
 @dataclass
 class _Probabilities:
-    """The softmax a chain's second matmul reads, and for torch's safe softmax the node of its
-    test that reads the scores too (a query whose every key is masked then gets zeros)."""
+    """The softmax a chain's second matmul reads; whether a query whose every key is masked
+    gets zeros (a safe softmax), and for torch's spelling of one the node of its test that
+    reads the scores too."""
 
     softmax: Node
+    masked_zero: bool = False
     test: Node | None = None
 
 
@@ -146,15 +149,20 @@ def _softmax_above(node: Node, ctx: Rewrite) -> _Probabilities | None:
 
 
 def _safe_softmax(where: Node, ctx: Rewrite) -> _Probabilities | None:
-    """``where(all(x == -inf, last axis), 0, softmax(x))`` read as a softmax that gives a row
-    of only -inf zeros; None for any other ``where``."""
+    """A softmax that gives a row of only -inf zeros, as torch spells it,
+    ``where(all(x == -inf, last axis), 0, softmax(x))``, or as its ONNX export does,
+    ``where(isnan(p), 0, p)`` with ``p = softmax(x)`` (which also zeroes the NaN that NaN
+    scores give; the fused kernel keeps those NaN); None for any other ``where``."""
     cond, zeros, p = where.inputs
     softmax = _producer(p)
-    if softmax is None or softmax.op != "softmax" or not ctx.only_read_by(p, where) or not zeros.is_concrete \
-            or np.any(zeros.numpy() != 0) or tuple(zeros.shape) != tuple(p.shape):
+    if softmax is None or softmax.op != "softmax" or not zeros.is_concrete or np.any(zeros.numpy() != 0) \
+            or tuple(where.outputs[0].shape) != tuple(p.shape) or id(p) in ctx._outputs:
         return None
+    nan_test = _producer(cond)
+    if nan_test is not None and nan_test.op == "isnan" and nan_test.inputs[0] is p:
+        return _Probabilities(softmax, masked_zero=True) if ctx.uses(p) == 2 else None
     test = _all_minus_inf(cond, softmax.inputs[0])
-    return _Probabilities(softmax, test) if test is not None else None
+    return _Probabilities(softmax, True, test) if test is not None and ctx.only_read_by(p, where) else None
 
 
 def _all_minus_inf(cond: Tensor, x: Tensor) -> Node | None:
@@ -215,7 +223,7 @@ def _rule(target: Target):
         scores = _scores(probs, ctx)  # type: ignore[arg-type]
         if scores is None:
             return None
-        out = _attention(scores, node, ctx, "zero" if probs.test is not None else "nan")  # type: ignore[union-attr]
+        out = _attention(scores, node, ctx, "zero" if probs.masked_zero else "nan")  # type: ignore[union-attr]
         if out is None or find_candidate(_producer(out).task, target) is None:  # type: ignore[union-attr]
             return None
         return [ops.reshape(out, tuple(node.outputs[0].shape))]

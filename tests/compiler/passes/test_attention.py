@@ -13,6 +13,7 @@ from taskloom import ops
 from taskloom.compiler.passes import optimize
 from taskloom.compiler.passes.attention import fuse_attention
 from taskloom.graph import Graph, input
+from taskloom.ir import expr as E
 from taskloom.target import CpuTarget, get_target
 from tests.compiler.passes.helpers import ops_of
 
@@ -73,7 +74,7 @@ def test_the_fused_model_computes_what_the_chain_did(mask_first):
     assert sum("attention_cuda" in text for text in compiled.meta["kernel_ir"]) == 1
 
 
-def sdpa_spelling(causal=False, all_test=True) -> Graph:
+def sdpa_spelling(causal=False, all_test=True, onnx=False) -> Graph:
     """torch's scaled_dot_product_attention as its decomposition leaves it: the scale split
     over q and k, a constant causal mask added, and the safe softmax
     ``where(all(x == -inf), 0, softmax(x))`` (``all`` spelled with ``not``, ``sum`` and ``>``)."""
@@ -83,6 +84,11 @@ def sdpa_spelling(causal=False, all_test=True) -> Graph:
                                      ops.reshape(ops.mul(ops.permute(k, (0, 1, 3, 2)), c), (H, D, L))), (1, H, L, L))
     if causal:
         s = ops.add(s, taskloom.asarray(np.triu(np.full((L, L), -np.inf, "float32"), 1)))
+    if onnx:  # as its ONNX export spells the safe softmax: where(isnan(p), 0, p)
+        p = ops.softmax(s, axis=3)
+        p = ops.where(ops.unary("isnan", p, lambda v: E.ne(v, v)), taskloom.asarray(np.array(0, "float32")), p)
+        out = ops.reshape(ops.batch_matmul(ops.reshape(p, (H, L, L)), ops.reshape(v, (H, L, D))), (1, H, L, D))
+        return Graph([q, k, v], [out])
     hit = ops.equal(s, taskloom.asarray(np.array(-np.inf, "float32")))
     if all_test:
         none_free = ops.logical_not(ops.greater(ops.sum(ops.cast(ops.not_equal(ops.logical_not(hit), taskloom.asarray(
@@ -94,17 +100,18 @@ def sdpa_spelling(causal=False, all_test=True) -> Graph:
     return Graph([q, k, v], [out])
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_torch_sdpa_spelling_becomes_one_node(causal):
-    graph = optimize(sdpa_spelling(causal))
+@pytest.mark.parametrize("causal, onnx", [(False, False), (True, False), (True, True)])
+def test_torch_sdpa_spelling_becomes_one_node(causal, onnx):
+    graph = optimize(sdpa_spelling(causal, onnx=onnx))
     after = fuse_attention(graph, CpuTarget.host())
     assert ops_of(after).count("attention") == 1
-    assert not {"softmax", "where", "equal", "sum", "add"} & set(ops_of(after))  # the mask is the causal flag
+    assert not {"softmax", "where", "equal", "isnan", "sum", "add"} & set(ops_of(after))  # the mask: the causal flag
     [node] = [n for n in after.nodes if n.op == "attention"]
     assert node.task.attr("masked_rows") == "zero" and node.task.attr("causal") is causal
     feeds = [rng.standard_normal((1, H, L, D)).astype("float32") for _ in range(3)]
-    np.testing.assert_allclose(taskloom.compile(sdpa_spelling(causal))(*feeds),
-                               taskloom.compile(sdpa_spelling(causal), optimize=False)(*feeds), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(taskloom.compile(sdpa_spelling(causal, onnx=onnx))(*feeds),
+                               taskloom.compile(sdpa_spelling(causal, onnx=onnx), optimize=False)(*feeds),
+                               rtol=1e-5, atol=1e-5)
 
 
 def test_other_tests_and_masks_are_not_read_as_torchs():

@@ -141,7 +141,7 @@ def from_onnx(path_or_model: Any, input_shapes: InputShapes = None, *,
               constants: Mapping[str, Any] | None = None, target: "Target | str | None" = None,
               verbose: bool = False, tune: int = 0, budget: "str | float | None" = None,
               layout: str = "auto", device: str | None = None,
-              dynamic: Mapping[str, tuple[int, int]] | None = None) -> "CompiledGraph":
+              dynamic: Mapping[str, tuple[int, int]] | None = None, fallback: bool = False) -> "CompiledGraph":
     """Converts an ONNX model (a path, bytes or an ``onnx.ModelProto``) and compiles it for
     ``target`` (default: this machine).
 
@@ -156,11 +156,26 @@ def from_onnx(path_or_model: Any, input_shapes: InputShapes = None, *,
     no longer inputs of the compiled model. When a model needs that, the error says which
     inputs (also as ``error.constant_inputs``). The compiled model is called with the
     remaining inputs (initializers excluded) in order. ``tune``, ``budget``, ``layout`` and
-    ``device`` are :func:`taskloom.compile`'s."""
+    ``device`` are :func:`taskloom.compile`'s.
+
+    With ``fallback=True`` a node taskloom cannot convert runs in ONNX's reference
+    implementation (numpy) instead of failing the model: the rest compiles in parts around
+    it (:mod:`~taskloom.frontend.onnx_fallback`), one warning line says what fell back, and
+    the result's ``fallbacks`` lists each node and why."""
     from taskloom.compiler.graph_compiler import compile_graph
     from taskloom.target import get_target
-    graph = onnx_to_graph(path_or_model, input_shapes, constants=constants)
-    symbolic = [t.name for t in graph.inputs if has_symbolic_shape(t)]
+    converter, graph = _converted(path_or_model, input_shapes, constants, fallback)
+    symbolic = [t.name for t in converter.inputs if has_symbolic_shape(t)]
+    if converter.fell:
+        from taskloom.frontend import onnx_fallback
+        if symbolic:
+            raise FrontendError(f"fallback=True: model input(s) {', '.join(repr(n) for n in symbolic)} have "
+                                "symbolic dimensions, and the parts around nodes that fall back compile for static "
+                                f"shapes only: fix them with input_shapes={{'{symbolic[0]}': (...), ...}}")
+        model = onnx_fallback.build(converter, converter.inputs, lambda part: compile_graph(
+            part, target, verbose=verbose, tune=tune, budget=budget, layout=layout, device=device))
+        onnx_fallback.warn(model)
+        return model  # type: ignore[return-value]
     if symbolic and get_target(target).kind == "cuda":
         raise FrontendError(f"model input(s) {', '.join(repr(n) for n in symbolic)} have symbolic dimensions, and "
                             "CUDA targets compile static shapes only so far: fix them with "
@@ -177,6 +192,13 @@ def onnx_to_graph(model: Any, input_shapes: InputShapes = None, *,
     """The taskloom graph of an ONNX model (a path, bytes or an ``onnx.ModelProto``); see
     :func:`from_onnx`. Raises one :class:`FrontendError` listing every operator without a
     converter (with counts) and every node that cannot be converted."""
+    return _converted(model, input_shapes, constants)[1]
+
+
+def _converted(model: Any, input_shapes: InputShapes = None, constants: Mapping[str, Any] | None = None,
+               fallback: bool = False) -> tuple["_Converter", Graph]:
+    """The converter after converting ``model`` (with ``fallback``: the nodes it cannot
+    convert in its ``fell``) and the graph it made."""
     onnx = _onnx()
     path = os.fspath(model) if isinstance(model, (str, os.PathLike)) else None
     where = repr(path) if path is not None else "the ONNX model"
@@ -186,7 +208,8 @@ def onnx_to_graph(model: Any, input_shapes: InputShapes = None, *,
         if model.functions:
             from onnx import inliner
             model = inliner.inline_local_functions(model)
-        return _Converter(onnx, model).run(input_shapes, dict(constants or {}))
+        converter = _Converter(onnx, model)
+        return converter, converter.run(input_shapes, dict(constants or {}), fallback)
     except TaskloomError:
         raise
     except Exception as e:  # a fault outside any one node: still a FrontendError
@@ -199,6 +222,20 @@ def _symbol_name(dim: str, input_name: str, axis: int) -> str:
     name = dim if dim != "?" else f"{input_name}_{axis}"
     name = re.sub(r"\W", "_", name)
     return name if name[:1].isalpha() or name[:1] == "_" else f"d_{name}"
+
+
+def inferred_types(model: Any) -> dict[str, tuple[tuple[int, ...] | None, int]]:
+    """Each value's static shape (None where a size is not known) and element type code, by
+    ONNX's shape inference."""
+    from onnx import shape_inference
+    graph = shape_inference.infer_shapes(model).graph
+    out: dict[str, tuple[tuple[int, ...] | None, int]] = {}
+    for vi in (*graph.value_info, *graph.output, *graph.input):
+        tt = vi.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim] \
+            if tt.HasField("shape") else None
+        out[vi.name] = (None if dims is None or None in dims else tuple(dims), int(tt.elem_type))
+    return out
 
 
 def _shape_arithmetic(op_type: str, ins: list[Any]) -> bool:
@@ -255,8 +292,13 @@ class _Converter:
         self._versions: dict[tuple[str, str], int | None] = {}
 
     # ------------------------------------------------------------------ entry
-    def run(self, input_shapes: InputShapes, constants: dict[str, Any]) -> Graph:
-        """Converts every node; raises one FrontendError for all that cannot be."""
+    def run(self, input_shapes: InputShapes, constants: dict[str, Any], fallback: bool = False) -> Graph:
+        """Converts every node; raises one FrontendError for all that cannot be. With
+        ``fallback``, a node that cannot be converted is recorded in ``self.fell`` (node
+        index -> why) and its outputs become inputs of the graph, shaped as ONNX's shape
+        inference says (see :mod:`~taskloom.frontend.onnx_fallback`)."""
+        self.fell: dict[int, str] = {}
+        inferred = inferred_types(self.model) if fallback else {}
         from onnx import numpy_helper
         g = self.graph
         if len(g.sparse_initializer):
@@ -310,6 +352,8 @@ class _Converter:
                     cause = cause or e
                     problems.append(f"{label}: cannot be converted ({type(e).__name__}: {e}); check its "
                                     "attributes and the shapes and types of its inputs")
+            if outs is None and fallback and not blocked:
+                outs = self._fall_back(k, node, label, inferred, unsupported, problems)
             if outs is None:
                 failed.update(o for o in node.output if o)
                 continue
@@ -325,7 +369,33 @@ class _Converter:
             err = FrontendError(self._report(unsupported, problems))
             err.constant_inputs = sorted(demanded)  # type: ignore[attr-defined]
             raise err from cause
-        return Graph(inputs, outputs)
+        self.inputs = inputs
+        placeholders = [v for k in self.fell for v in (self.env.get(o) for o in g.node[k].output) if isinstance(v, Tensor)]
+        return Graph(inputs + placeholders, outputs)  # (with fallen-back nodes: only to read, not to compile)
+
+    def _fall_back(self, k: int, node: Any, label: str, inferred: dict, unsupported: Counter[str],
+                   problems: list[str]) -> list[Value] | None:
+        """The node's outputs as graph inputs shaped by shape inference, the failure just
+        recorded (the last entry of ``unsupported`` or ``problems``) taken back as its reason;
+        None where an output's type or shape is not known."""
+        missing = self._missing_converter(node)
+        reason = "unsupported op" if missing else problems[-1].removeprefix(label + ": ")
+        outs: list[Value] = []
+        for name in node.output:
+            shape, code = inferred.get(name, (None, None))
+            if name and (shape is None or code not in ONNX_DTYPES):
+                problems.append(f"{label}: cannot run it outside the compiled graph: ONNX's shape inference "
+                                f"gives no static shape and type for its output '{name}'")
+                return None
+            outs.append(graph_input(shape, ONNX_DTYPES[code], name=name) if name else np.zeros(0))
+        if missing:
+            unsupported[missing] -= 1
+            if unsupported[missing] == 0:
+                del unsupported[missing]
+        else:
+            problems.pop()
+        self.fell[k] = reason
+        return outs
 
     def _fix_inputs(self, constants: dict[str, Any]) -> None:
         """Model inputs given values in ``constants`` become constants of those values."""

@@ -16,7 +16,6 @@ storage of its input, so the views between it and the tensor it restrides run in
 from __future__ import annotations
 
 import operator
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -25,32 +24,12 @@ from torch.fx.node import Node, map_aggregate
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from taskloom.errors import FrontendError
+from taskloom.frontend.fallback import Fallback, summary  # noqa: F401  (this module's names too)
 from taskloom.frontend.torch_aten import functional_form
 from taskloom.frontend.torch_convert import Conversion, constant_nodes, convert, node_op_name, unsupported_nodes
 
 #: The reason given for an operator without a converter.
 UNSUPPORTED = "unsupported op"
-
-
-@dataclass(frozen=True)
-class Fallback:
-    """One node run by PyTorch instead of taskloom: its operator (``aten.sin.default``; ``graph``
-    when a whole graph runs in PyTorch), the ATen node's name and why."""
-
-    op: str
-    node: str
-    reason: str
-
-    def __str__(self) -> str:
-        return f"{self.op} (node '{self.node}'): {self.reason}" if self.node else f"{self.op}: {self.reason}"
-
-
-def summary(fallbacks: Sequence[Fallback], total: int) -> str:
-    """One line: how many of the graph's ``total`` nodes run in PyTorch, which and why."""
-    counts = Counter((f.op, f.reason) for f in fallbacks)
-    what = ", ".join(f"{op}{f' x{n}' if n > 1 else ''} ({reason.splitlines()[0]})"
-                     for (op, reason), n in counts.items())
-    return f"taskloom: {len(fallbacks)} of {total} nodes run in PyTorch: {what}"
 
 
 @dataclass

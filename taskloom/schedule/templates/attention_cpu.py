@@ -38,7 +38,7 @@ from taskloom.ir import expr as E
 from taskloom.ir import stmt as S
 from taskloom.ir.arith import simplify_expr
 from taskloom.ir.compute import Task
-from taskloom.ir.dtypes import TensorType, float32, index_type
+from taskloom.ir.dtypes import float32, index_type
 from taskloom.ir.functor import collect, substitute
 from taskloom.schedule.attention import Attention, match_attention
 from taskloom.schedule.post_fusion import _FlatReads, _flat_var, _param_names
@@ -114,7 +114,7 @@ def _plan(att: Attention, config: AttentionConfig, target: CpuTarget, params: di
 
 def _body(p: _Plan) -> S.Stmt:
     """Each core's walk over its blocks of queries, the phases spliced in."""
-    att, c, L = p.att, p.config, p.lanes
+    att, c = p.att, p.config
     P, BQ, NQB, BK, D, Ev, S_ = p.P, p.BQ, p.NQB, c.bk, att.D, att.Ev, att.S
     ITEMS = att.batch * NQB
 

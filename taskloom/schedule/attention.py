@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Union
 
 from taskloom.ir import expr as E
 from taskloom.ir.arith import simplify_expr
@@ -22,8 +23,11 @@ from taskloom.ir.compute import GridCompute, ReduceCompute, Task, inline
 from taskloom.ir.dtypes import DataType, bfloat16, float16, float32, index_type
 from taskloom.ir.functor import collect, substitute
 from taskloom.ir.index import unravel
-from taskloom.schedule.contraction import _InlineExcept, _Replace, _static, _strip_casts
+from taskloom.schedule.contraction import _dims, _InlineExcept, _Replace, _static, _strip_casts
+from taskloom.schedule.contraction import _product as _size_product
 
+
+Dim = Union[int, E.Expr]
 
 #: The names of the operator's nodes this reads it by (:func:`taskloom.ops.attention` builds them).
 SCORES, MAX, SUM, OUT = "attention_scores", "attention_max", "attention_sum", "attention"
@@ -31,12 +35,13 @@ SCORES, MAX, SUM, OUT = "attention_scores", "attention_max", "attention_sum", "a
 
 @dataclass(frozen=True)
 class Attention:
-    """A task read as attention (see the module docstring); sizes are static."""
+    """A task read as attention (see the module docstring). The head sizes ``D`` and ``Ev``
+    are static; ``batch``, ``L`` and ``S`` may be expressions of the task's symbols."""
 
     task: Task
-    batch: int
-    L: int
-    S: int
+    batch: Dim
+    L: Dim
+    S: Dim
     D: int
     Ev: int
     vb: E.Var
@@ -71,21 +76,21 @@ def _product(value: E.Expr) -> tuple[E.Expr, E.Expr] | None:
 
 
 def match_attention(task: Task) -> Attention | None:
-    """``task`` read as attention, or None (not the operator's task, or symbolic sizes)."""
+    """``task`` read as attention, or None (not the operator's task, or symbolic head sizes)."""
     scores, out_anchor = _node(task, SCORES), _node(task, OUT)
     if scores is None or out_anchor is None or len(task.outputs) != 1 or _node(task, MAX) is None \
             or _node(task, SUM) is None:
         return None
     out = task.outputs[0]
-    dims, o_dims, out_dims = _static(scores.shape), _static(out_anchor.shape), _static(out.shape)
+    dims, o_dims, out_dims = _dims(scores.shape), _dims(out_anchor.shape), _dims(out.shape)
     red = collect(scores.value, ReduceCompute)
     wred = [r for r in collect(out_anchor.value, ReduceCompute) if r.kind == "sum"]  # type: ignore[attr-defined]
-    if dims is None or o_dims is None or out_dims is None or len(red) != 1 or len(wred) != 1:
+    if len(red) != 1 or len(wred) != 1 or _static(red[0].shape) is None or not isinstance(o_dims[-1], int):  # type: ignore[attr-defined]
         return None
     nb = len(dims) - 2
     vb, vi, vj, vd, ve = (E.Var(n, index_type) for n in ("b", "i", "j", "d", "e"))
     acc, o = E.Var("acc", float32), E.Var("o", float32)
-    batch = math.prod(dims[:nb])
+    batch = _size_product(dims[:nb])
     flat = unravel(vb, dims[:nb]) if nb else []
     # the scores: q and k are the factors of the sum over d; the rest is the score's function
     qk = _product(inline(red[0].value))  # type: ignore[attr-defined]
@@ -118,7 +123,9 @@ def match_attention(task: Task) -> Attention | None:
     else:
         index = unravel((vb * L + vi) * Ev + ve, out_dims)
         epilogue = substitute(_InlineExcept(out_anchor, r_value).visit(out.value), dict(zip(out.axes, index)))
-    bounds = {vb: (0, batch - 1), vi: (0, L - 1), vj: (0, S - 1), vd: (0, D - 1), ve: (0, Ev - 1)}
+    last = lambda n: n - 1 if isinstance(n, int) else None  # noqa: E731
+    bounds = {vb: (0, last(batch)), vi: (0, last(L)), vj: (0, last(S)), vd: (0, D - 1), ve: (0, Ev - 1),
+              **{v: (1, None) for v in task.symbols()}}
     s = lambda e: simplify_expr(e, bounds)  # noqa: E731
     score = s(score)
     divisor = division[0].b  # type: ignore[attr-defined]

@@ -89,3 +89,7 @@ def test_transformers_models_compile_once_for_every_shape(family):
             got = compiled(input_ids=ids, **kwargs).last_hidden_state
             torch.testing.assert_close(got, model(input_ids=ids, **kwargs).last_hidden_state, rtol=1e-4, atol=1e-4)
     assert _programs(compiled) == 1
+    # the attention (torch's SDPA, decomposed with symbolic sizes) is one kernel for every length
+    schedules = [k["schedule"] for fn in compiled.taskloom_backend.compiled
+                 for k in fn.compiled_graph.meta["kernels"]]
+    assert sum(s.startswith("attention_cpu") for s in schedules) == 1, schedules

@@ -128,3 +128,37 @@ def test_config_fits_the_registers():
         assert choose_config(att, big).jr == 8
     with pytest.raises(taskloom.errors.ScheduleError, match="vector registers"):
         attention_kernel(att, AttentionConfig(qv=2, jr=8, er=8, bk=64), AVX2, "att")
+
+
+@pytest.mark.parametrize("mask, causal", [("pad", False), (None, True)])
+def test_symbolic_lengths_one_kernel_for_every_size(mask, causal):
+    """Batch and sequence as symbols: the traced chain still becomes one attention kernel,
+    which serves every size; a padding mask sized by the sequence."""
+    from taskloom.graph.tensor import Tensor, symbol
+    from taskloom.ir.dtypes import float32
+    B, L, H, D = symbol("batch"), symbol("seq"), 2, 16
+    q, k, v = (Tensor((B, L, H, D), float32, name=n) for n in "qkv")
+    m = Tensor((B, 1, 1, L), float32, name="mask")
+
+    def split(t):
+        return ops.reshape(heads(t), (B * H, L, D))
+    s = ops.reshape(ops.batch_matmul(split(q), ops.transpose(split(k), 1, 2)), (B, H, L, L))
+    s = ops.mul(s, taskloom.asarray(np.array(D ** -0.5, "float32")))
+    s = ops.add(s, m) if mask else s
+    p = ops.softmax(s, axis=-1)
+    out = ops.batch_matmul(ops.reshape(p, (B * H, L, L)), split(v))
+    graph = Graph([q, k, v, m] if mask else [q, k, v], [ops.reshape(out, (B, H, L, D))])
+    if causal:  # a causal mask built from the symbolic sequence, as dynamo traces it
+        i = ops.arange(L)
+        above = ops.greater(ops.unsqueeze(i, 0), ops.unsqueeze(i, 1))
+        s2 = ops.where(above, taskloom.asarray(np.array(-np.inf, "float32")), s)
+        p = ops.softmax(s2, axis=-1)
+        out = ops.batch_matmul(ops.reshape(p, (B * H, L, L)), split(v))
+        graph = Graph([q, k, v], [ops.reshape(out, (B, H, L, D))])
+    compiled = taskloom.compile(graph, dynamic={"batch": (1, 4), "seq": (1, 100)})
+    assert sum(k["schedule"].startswith("attention_cpu") for k in compiled.meta["kernels"]) == (0 if causal else 1)
+    for b, n in ((1, 1), (2, 37), (3, 100)):
+        arrays = data(b, n, n, H, D, mask=mask)
+        got = compiled(*(arrays[t.name] for t in graph.inputs))
+        want = sdpa(arrays, b, n, H, causal).reshape(b, n, H, D).transpose(0, 2, 1, 3)
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)

@@ -31,6 +31,8 @@ from taskloom.compiler.passes.dead_nodes import eliminate_dead_nodes
 from taskloom.compiler.passes.rewrite import Rewrite, rewrite
 from taskloom.graph.graph import Graph, Node
 from taskloom.graph.tensor import Tensor
+from taskloom.ir import expr as E
+from taskloom.ir.arith import simplify_expr
 from taskloom.ir.dtypes import boolean
 from taskloom.schedule.select import find_candidate
 from taskloom.target.base import Target
@@ -155,7 +157,7 @@ def _safe_softmax(where: Node, ctx: Rewrite) -> _Probabilities | None:
     scores give; the fused kernel keeps those NaN); None for any other ``where``."""
     cond, zeros, p = where.inputs
     softmax = _producer(p)
-    if softmax is None or softmax.op != "softmax" or not zeros.is_concrete or np.any(zeros.numpy() != 0) \
+    if softmax is None or softmax.op != "softmax" or not _zeros(zeros) \
             or tuple(where.outputs[0].shape) != tuple(p.shape) or id(p) in ctx._outputs:
         return None
     nan_test = _producer(cond)
@@ -163,6 +165,14 @@ def _safe_softmax(where: Node, ctx: Rewrite) -> _Probabilities | None:
         return _Probabilities(softmax, masked_zero=True) if ctx.uses(p) == 2 else None
     test = _all_minus_inf(cond, softmax.inputs[0])
     return _Probabilities(softmax, True, test) if test is not None and ctx.only_read_by(p, where) else None
+
+
+def _zeros(t: Tensor) -> bool:
+    """Whether ``t`` is zeros: a constant, or a constant expanded (to a symbolic shape)."""
+    node = _producer(t)
+    if not t.is_concrete and node is not None and node.op in ("expand", "broadcast_to"):
+        t = node.inputs[0]
+    return t.is_concrete and not np.any(t.numpy() != 0)
 
 
 def _all_minus_inf(cond: Tensor, x: Tensor) -> Node | None:
@@ -214,8 +224,8 @@ def _causal(mask: Tensor, scale: float, shape: tuple) -> bool:
 
 def _rule(target: Target):
     def rule(node: Node, inputs: list[Tensor], ctx: Rewrite) -> list[Tensor] | None:
-        if node.op not in _MATMULS or not all(isinstance(d, int) for d in node.outputs[0].shape):
-            return None  # (the attention templates serve static sizes)
+        if node.op not in _MATMULS:
+            return None
         probs = _softmax_above(node, ctx)
         softmax = probs.softmax if probs is not None else None
         if softmax is None or softmax.task.attr("axis") not in (-1, softmax.outputs[0].ndim - 1):
@@ -242,7 +252,7 @@ def _attention(scores: _Scores, second: Node, ctx: Rewrite, masked_rows: str) ->
     _, v, _, tv = _operands(second)
     v = ctx.new(v)
     v = ops.transpose(v, -1, -2) if tv else v
-    if v.ndim < 2 or math.prod(v.shape[:-2]) != math.prod(space[:-2]):
+    if v.ndim < 2 or not _same_size(v.shape[:-2], space[:-2]):
         return None
     v = ops.reshape(v, (*space[:-2], *v.shape[-2:]))
     mask, causal = None, False
@@ -256,6 +266,12 @@ def _attention(scores: _Scores, second: Node, ctx: Rewrite, masked_rows: str) ->
     if q.dtype != k.dtype or q.dtype != v.dtype:
         return None
     return ops.attention(q, k, v, mask=mask, scale=scores.scale, causal=causal, masked_rows=masked_rows)
+
+
+def _same_size(a: tuple, b: tuple) -> bool:
+    """Whether two lists of sizes (ints or expressions of symbols) hold as many elements."""
+    diff = simplify_expr(E.as_expr(math.prod(a, start=E.as_expr(1))) - math.prod(b, start=E.as_expr(1)))
+    return isinstance(diff, E.Constant) and diff.value == 0
 
 
 def fuse_attention(graph: Graph, target: Target) -> Graph:

@@ -293,7 +293,7 @@ def attention_candidate(task: Task, target: CudaTarget, constants: Mapping[int, 
                         weights_stream: bool = False) -> Candidate | None:
     """The template's offer for an attention of 16-bit q, k, v with head sizes it serves."""
     att = match_attention(task)
-    if att is None or half_type(att) is None or not _serves(att):
-        return None
+    if att is None or half_type(att) is None or not _serves(att) or task.symbols():
+        return None  # (CUDA graphs have static shapes)
     return Candidate("attention_cuda", att,
                      lambda config, name: Scheduled(attention_kernel(att, name), tuple(range(len(task.inputs)))))

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -68,9 +68,9 @@ def choose_config(att: Attention, target: CpuTarget) -> AttentionConfig:
     block's scores, its queries and its output then take 24 KiB of L1 at 32 queries and
     head size 64), fewer when there are fewer keys."""
     lanes, regs = target.vector_lanes(f32), target.num_vector_registers
-    qv = 1 if att.L <= lanes else 2
+    qv = 1 if isinstance(att.L, int) and att.L <= lanes else 2  # (a symbolic length: two)
     tile = 8 if regs >= 32 else 4  # tile x qv accumulators, qv operand vectors and a broadcast
-    return AttentionConfig(qv, tile, tile, min(64, cdiv(att.S, tile) * tile))
+    return AttentionConfig(qv, tile, tile, min(64, cdiv(att.S, tile) * tile) if isinstance(att.S, int) else 64)
 
 
 @dataclass(frozen=True)
@@ -103,12 +103,14 @@ def _plan(att: Attention, config: AttentionConfig, target: CpuTarget, params: di
     if c.bk % c.jr:
         raise ScheduleError(f"attention template: config {c}: keys a step (bk) must be a multiple of jr")
     flat = _FlatReads(params)
-    bounds = {att.vb: (0, att.batch - 1), att.vi: (0, att.L - 1), att.vj: (0, att.S - 1),
-              att.vd: (0, att.D - 1), att.ve: (0, att.Ev - 1)}
+    last = lambda n: n - 1 if isinstance(n, int) else None  # noqa: E731
+    bounds = {att.vb: (0, last(att.batch)), att.vi: (0, last(att.L)), att.vj: (0, last(att.S)),
+              att.vd: (0, att.D - 1), att.ve: (0, att.Ev - 1), **{v: (1, None) for v in att.task.symbols()}}
     s = lambda e: simplify_expr(flat.visit(e), bounds)  # noqa: E731
     # the causal test is applied by the kernel, block by block; the rest of the score as vectors
     score = att.score.a if att.causal else att.score  # type: ignore[attr-defined]
-    cores = min(target.num_cores, att.batch * cdiv(att.L, c.qv * lanes))
+    items = att.batch * cdiv(att.L, c.qv * lanes)
+    cores = min(target.num_cores, items) if isinstance(items, int) else target.num_cores
     return _Plan(att, c, lanes, cores, s(att.q), s(att.k), s(att.v), s(score), s(att.epilogue), out)
 
 
@@ -209,12 +211,12 @@ def _score_tile(p: _Plan, St: E.Var, acc: E.Var, b: E.Expr, i0: E.Expr, j0: E.Ex
             sv = E.Var(f"score{r}_{v}", at.type)
             score = substitute(p.score, {att.vb: b, att.vj: j})
             # lanes past the last query load nothing: their scores are never stored
-            count = None if att.L % p.BQ == 0 else E.maximum(E.minimum(att.L - start, L), 0)
+            count = None if _divides(p.BQ, att.L) else E.maximum(E.minimum(att.L - start, L), 0)
             vector = vectorize_expr(score, att.vi, start, L, count, vectors={att.acc: sv})
             if vector is None:
                 body.append(_score_lanes(p, St, at, row, score, start, j))
                 continue
-            if att.S % c.jr:
+            if not _divides(c.jr, att.S):
                 vector = E.Select(j < att.S, vector, E.Broadcast(E.const(-math.inf, float32), L))
             body.append(S.seq([S.Let(sv, at), S.VectorStore(St, row, vector)]))
     return S.seq(body)
@@ -228,7 +230,7 @@ def _score_lanes(p: _Plan, St: E.Var, at: E.Expr, row: tuple, score: E.Expr, sta
     jrow, col = row
     value = substitute(score, {att.vi: E.minimum(start + lane, att.L - 1),
                                att.acc: E.TensorElement(St, (jrow, col + lane))})
-    if att.S % p.config.jr:
+    if not _divides(p.config.jr, att.S):
         value = E.Select(j < att.S, value, E.const(-math.inf, float32))
     return S.seq([S.Comment("the score lane by lane: it does not vectorize along the queries"),
                   S.VectorStore(St, row, at), S.For(lane, E.as_expr(L), S.BufferStore(St, (jrow, col + lane), value))])
@@ -319,9 +321,14 @@ def _store(p: _Plan, Ot: E.Var, run: E.Var, b: E.Expr, i0: E.Expr) -> S.Stmt:
     value = substitute(p.epilogue, {att.vb: b, att.vi: i0 + i, att.ve: e, att.o: o})
     offset = simplify_expr((b * att.L + i0 + i) * Ev + e)
     store = S.BufferStore(p.out, (offset,), value)
-    rows = E.minimum(BQ, att.L - i0) if att.L % BQ else E.as_expr(BQ)
+    rows = E.as_expr(BQ) if _divides(BQ, att.L) else E.minimum(BQ, att.L - i0)
     return S.seq([S.Comment("store: each output element over its query's sum, through the epilogue"),
                   S.For(i, rows, S.For(e, E.as_expr(Ev), store))])
+
+
+def _divides(block: int, n: Any) -> bool:
+    """Whether blocks of ``block`` tile ``n`` exactly (never said of a symbolic size)."""
+    return isinstance(n, int) and n % block == 0
 
 
 def serves(att: Attention) -> bool:
@@ -342,7 +349,7 @@ def attention_kernel(att: Attention, config: AttentionConfig, target: CpuTarget,
     params = [_flat_var(n, t.type) for t, n in zip(tensors, names)]  # type: ignore[arg-type]
     doc = (f"{att.task.name}: the CPU attention template (online softmax, queries in the vector lanes), "
            f"{p.BQ} queries a block, keys {config.bk} a step, config {config}")
-    return S.Function(name, tuple(params), substitute(body, dict(zip(stand_in, params))),
+    return S.Function(name, (*att.task.symbols(), *params), substitute(body, dict(zip(stand_in, params))),
                       attrs=(("doc", doc), ("template", "attention_cpu"), ("config", str(config))))
 
 

@@ -38,7 +38,8 @@ _C_BIN = {"or": ("||", 3), "and": ("&&", 4), "bitor": ("|", 5), "bitxor": ("^", 
 ATOM = 15
 _SCALAR_MATH = {"exp": "exp", "exp2": "exp2", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "erf": "erf",
                 "floor": "floor", "ceil": "ceil", "sin": "sin", "cos": "cos", "pow": "pow",
-                "fma": "fma", "abs": "fabs"}
+                "fma": "fma", "abs": "fabs", "atan2": "atan2", "round": "nearbyint",  # (halves to even)
+                **{f: f for f in ("tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "log10")}}
 
 
 # Names the headers of every generated file declare: a kernel may not take them as its symbol.

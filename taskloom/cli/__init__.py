@@ -1,7 +1,7 @@
 """The ``taskloom`` command line: ``taskloom cache info|clear``, ``taskloom bench op|model``,
 ``taskloom records export|import|list`` (:mod:`taskloom.tune.records_cli`),
 ``taskloom target show|probe`` (:mod:`taskloom.cli.target`), ``taskloom tune report``
-(:mod:`taskloom.cli.tune_report`).
+(:mod:`taskloom.cli.tune_report`), ``taskloom ops onnx|torch`` (:mod:`taskloom.cli.ops`).
 
 Each command group registers itself with :func:`build_parser` through an ``add_*``
 function and sets ``func`` on its parser; :func:`main` calls it.
@@ -15,6 +15,7 @@ from typing import Sequence
 from taskloom.backend.cache import BuildCache
 from taskloom.bench.model import add_model_command
 from taskloom.bench.op import add_op_command
+from taskloom.cli.ops import add_ops_command
 from taskloom.cli.target import add_target_commands
 from taskloom.cli.text import format_bytes
 from taskloom.cli.tune_report import add_tune_commands
@@ -68,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_records_commands(commands)
     add_target_commands(commands)
     add_tune_commands(commands)
+    add_ops_command(commands)
     return parser
 
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 
 # the converters register themselves on import
-from taskloom.frontend import onnx_elementwise, onnx_nn, onnx_shape  # noqa: F401
+from taskloom.frontend import onnx_elementwise, onnx_nn, onnx_resize, onnx_shape  # noqa: F401
 from taskloom.frontend.onnx_registry import (ONNX_DTYPES, REGISTRY, ConstantPool, Converter, OnnxNode, Value,
                                              as_numpy, converter, is_const, shape_of, shape_text, taskloom_dtype)
 from taskloom.errors import FrontendError, TaskloomError

@@ -93,6 +93,9 @@ _register_all({
     "Ceil": ((6, 13), _unary(ops.ceil)),
     "Not": ((1, 1), _unary(ops.logical_not)),
     "HardSwish": ((14, 22), _unary(ops.hardswish)),
+    "Round": ((11, 22), _unary(ops.round)),
+    **{name: ((7, 22), _unary(getattr(ops, name.lower()))) for name in ("Sin", "Cos", "Tan", "Asin", "Acos", "Atan")},
+    **{name: ((9, 22), _unary(getattr(ops, name.lower()))) for name in ("Sinh", "Cosh", "Asinh", "Acosh", "Atanh")},
     "Identity": ((1, 25), lambda n: n.input(0)),
 })
 

@@ -42,12 +42,15 @@ _UNARY: dict[Any, Callable[[Any], Tensor]] = {
     aten.neg: ops.neg, aten.abs: ops.abs, aten.reciprocal: ops.reciprocal, aten.floor: ops.floor,
     aten.ceil: ops.ceil, aten.hardswish: ops.hardswish, aten.hardsigmoid: ops.hardsigmoid,
     aten.relu6: ops.relu6, aten.logical_not: ops.logical_not,
+    aten.sin: ops.sin, aten.cos: ops.cos, aten.tan: ops.tan, aten.asin: ops.asin, aten.acos: ops.acos,
+    aten.atan: ops.atan, aten.sinh: ops.sinh, aten.cosh: ops.cosh, aten.asinh: ops.asinh, aten.acosh: ops.acosh,
+    aten.atanh: ops.atanh, aten.log10: ops.log10, aten.round.default: ops.round,
 }
 for _target, _fn in _UNARY.items():
     register(_target)((lambda f: lambda x: f(x))(_fn))
 
 _BINARY: dict[Any, Callable[[Any, Any], Tensor]] = {
-    aten.mul: ops.mul, aten.maximum: ops.maximum, aten.minimum: ops.minimum,
+    aten.mul: ops.mul, aten.atan2: ops.atan2, aten.maximum: ops.maximum, aten.minimum: ops.minimum,
     aten.eq: ops.equal, aten.ne: ops.not_equal, aten.lt: ops.less, aten.le: ops.less_equal,
     aten.gt: ops.greater, aten.ge: ops.greater_equal, aten.logical_and: ops.logical_and,
     aten.logical_or: ops.logical_or, aten.logical_xor: ops.logical_xor,
@@ -218,18 +221,6 @@ def exp2(x: Tensor) -> Tensor:
 @register(aten.trunc)
 def trunc(x: Tensor) -> Tensor:
     return ops.where(ops.less(x, 0), ops.ceil(x), ops.floor(x)) if x.dtype.is_float() else x
-
-
-@register(aten.round.default)
-def round_(x: Tensor) -> Tensor:
-    """Rounding to the nearest integer, halves to even (as torch.round)."""
-    if not x.dtype.is_float():
-        return x
-    f = ops.floor(x)
-    d = ops.sub(x, f)
-    odd = ops.not_equal(ops.sub(f, ops.mul(ops.floor(ops.mul(f, 0.5)), 2.0)), 0.0)
-    up = ops.logical_or(ops.greater(d, 0.5), ops.logical_and(ops.equal(d, 0.5), odd))
-    return ops.where(up, ops.add(f, 1.0), f)
 
 
 @register(aten.sign)

@@ -79,8 +79,10 @@ def _vector_reduce(name: str):
     return rule
 
 
-for _n in ("exp", "exp2", "log", "sqrt", "rsqrt", "tanh", "erf", "floor", "ceil", "sin", "cos", "sigmoid"):
+for _n in ("exp", "exp2", "log", "sqrt", "rsqrt", "tanh", "erf", "floor", "ceil", "sin", "cos", "sigmoid",
+           "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "log10", "round"):
     register_primitive(Primitive(_n, 1, _same_type(_n, True), f"elementwise {_n}"))
+register_primitive(Primitive("atan2", 2, _same_type("atan2", True), "the angle of the point (b, a)"))
 register_primitive(Primitive("abs", 1, _same_type("abs", False), "absolute value"))
 register_primitive(Primitive("pow", 2, _same_type("pow", True), "a to the power b"))
 register_primitive(Primitive("fma", 3, _same_type("fma", True), "a * b + c, fused (one rounding)"))

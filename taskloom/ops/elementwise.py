@@ -36,7 +36,8 @@ __all__ = [
     "unary", "binary", "result_type",
     # unary
     "relu", "relu6", "leaky_relu", "gelu", "silu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt",
-    "erf", "abs", "neg", "clip", "hardswish", "hardsigmoid", "reciprocal", "floor", "ceil",
+    "erf", "abs", "neg", "clip", "hardswish", "hardsigmoid", "reciprocal", "floor", "ceil", "round",
+    "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "log10", "atan2",
     # binary
     "add", "sub", "mul", "div", "pow", "maximum", "minimum",
     "equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
@@ -247,6 +248,35 @@ def sigmoid(x: Any) -> Tensor:
 def tanh(x: Any) -> Tensor:
     """The hyperbolic tangent elementwise. Integer inputs give float32."""
     return unary("tanh", x, lambda v: E.call("tanh", v), kind="float")
+
+
+def _math(name: str, doc: str) -> Any:
+    def op(x: Any) -> Tensor:
+        return unary(name, x, lambda v: E.call(name, v), kind="float")
+    op.__name__, op.__doc__ = name, f"{doc} elementwise (C's {name}). Integer inputs give float32."
+    return op
+
+
+sin, cos, tan = _math("sin", "The sine"), _math("cos", "The cosine"), _math("tan", "The tangent")
+asin, acos, atan = _math("asin", "The arcsine"), _math("acos", "The arccosine"), _math("atan", "The arctangent")
+sinh, cosh = _math("sinh", "The hyperbolic sine"), _math("cosh", "The hyperbolic cosine")
+asinh, acosh, atanh = (_math("asinh", "The inverse hyperbolic sine"), _math("acosh", "The inverse hyperbolic cosine"),
+                       _math("atanh", "The inverse hyperbolic tangent"))
+log10 = _math("log10", "The base-10 logarithm")
+
+
+def round(x: Any) -> Tensor:  # noqa: A001
+    """The nearest integer elementwise, halves to even (``torch.round``, ONNX ``Round``,
+    ``numpy.rint``); integers are unchanged."""
+    t = as_tensor("round", "x", x)
+    if not t.dtype.is_float():
+        return t
+    return unary("round", t, lambda v: E.call("round", v), kind="float")
+
+
+def atan2(a: Any, b: Any) -> Tensor:
+    """The angle of the point ``(b, a)`` elementwise, in ``[-pi, pi]`` (``torch.atan2``)."""
+    return binary("atan2", a, b, lambda x, y: E.call("atan2", x, y), kind="float")
 
 
 def exp(x: Any) -> Tensor:

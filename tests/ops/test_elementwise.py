@@ -70,6 +70,7 @@ def check(got: tl.Tensor, want: torch.Tensor | np.ndarray, **tol) -> None:
 # ----------------------------------------------------------------------------- unary
 
 POSITIVE = dict(low=0.05, high=20.0)
+UNIT = dict(low=-0.95, high=0.95)
 UNARY = {
     "relu": (ops.relu, F.relu, {}),
     "relu6": (ops.relu6, F.relu6, {}),
@@ -95,6 +96,19 @@ UNARY = {
     "reciprocal": (ops.reciprocal, torch.reciprocal, POSITIVE),
     "floor": (ops.floor, torch.floor, {}),
     "ceil": (ops.ceil, torch.ceil, {}),
+    "round": (lambda x: ops.round(x * 2.5), lambda x: torch.round(x * 2.5), {}),  # (halves to even)
+    "sin": (ops.sin, torch.sin, {}),
+    "cos": (ops.cos, torch.cos, {}),
+    "tan": (ops.tan, torch.tan, dict(low=-1.2, high=1.2)),
+    "asin": (ops.asin, torch.asin, UNIT),
+    "acos": (ops.acos, torch.acos, UNIT),
+    "atan": (ops.atan, torch.atan, {}),
+    "sinh": (ops.sinh, torch.sinh, {}),
+    "cosh": (ops.cosh, torch.cosh, {}),
+    "asinh": (ops.asinh, torch.asinh, {}),
+    "acosh": (ops.acosh, torch.acosh, dict(low=1.05, high=20.0)),
+    "atanh": (ops.atanh, torch.atanh, UNIT),
+    "log10": (ops.log10, torch.log10, POSITIVE),
 }
 
 
@@ -216,6 +230,7 @@ BINARY = {
     "pow": (ops.pow, torch.pow, dict(low=0.1, high=3.0)),
     "maximum": (ops.maximum, torch.maximum, {}),
     "minimum": (ops.minimum, torch.minimum, {}),
+    "atan2": (ops.atan2, torch.atan2, {}),
 }
 COMPARE = {
     "equal": (ops.equal, torch.eq), "not_equal": (ops.not_equal, torch.ne),

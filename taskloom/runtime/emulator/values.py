@@ -187,7 +187,9 @@ def _fma(a: Array, b: Array, c: Array) -> Array:
 MATH: dict[str, Callable[..., Array]] = {
     "exp": np.exp, "exp2": np.exp2, "log": np.log, "sqrt": np.sqrt, "rsqrt": _rsqrt, "tanh": np.tanh, "erf": _erf,
     "floor": np.floor, "ceil": np.ceil, "sin": np.sin, "cos": np.cos, "sigmoid": _sigmoid,
-    "abs": np.abs, "pow": np.power, "fma": _fma,
+    "abs": np.abs, "pow": np.power, "fma": _fma, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos,
+    "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh,
+    "atanh": np.arctanh, "log10": np.log10, "round": np.rint, "atan2": np.arctan2,
 }
 REDUCE = {"reduce_add": np.add, "reduce_max": np.fmax, "reduce_min": np.fmin}
 

@@ -9,7 +9,7 @@ is then corrected by a per-position constant computed here.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -332,3 +332,49 @@ def rms_norm(n: OnnxNode) -> Tensor:
     y = y if y.dtype == x.dtype else ops.cast(y, x.dtype)
     scale = n.required(1, "scale")
     return ops.mul(y, n.as_tensor(cast(n, scale, x.dtype)))
+
+
+@converter("Attention", versions=(23, 24))
+def attention(n: OnnxNode) -> Tensor:
+    """Attention (opset 23): ``softmax(q kᵀ * scale + mask) v`` as one ``ops.attention``, for
+    4-d (batch, heads, length, head size) or 3-d (batch, length, heads * head size) inputs,
+    with grouped keys and values (fewer key heads than query heads) repeated per group.
+    Past keys and values, softcap and the extra outputs are refused with the node named."""
+    q, k, v = n.tensor(0), n.tensor(1), n.tensor(2)
+    for k_, what in ((4, "past_key"), (5, "past_value"), (6, "nonpad_kv_seqlen")):
+        if n.has(k_):
+            raise n.error(f"input {k_} ({what}) is not supported; export the model without a cache")
+    if any(n.wants_output(o) for o in (1, 2, 3)):
+        raise n.error("only output 0 (Y) is supported, not present_key, present_value or qk_matmul_output")
+    if float(n.attr("softcap", 0.0)) != 0.0:
+        raise n.error(f"'softcap'={n.attr('softcap')} is not supported (only 0)")
+    three_d = q.ndim == 3
+    if three_d:
+        heads, kv_heads = n.attr("q_num_heads"), n.attr("kv_num_heads")
+        if not heads or not kv_heads:
+            raise n.error("3-d inputs need the attributes 'q_num_heads' and 'kv_num_heads'")
+        split = lambda t, h: ops.permute(ops.reshape(t, (t.shape[0], t.shape[1], h, -1)), (0, 2, 1, 3))  # noqa: E731
+        q, k, v = split(q, heads), split(k, kv_heads), split(v, kv_heads)
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        raise n.error(f"q, k and v must be 3-d or 4-d alike, got shapes {q.shape}, {k.shape}, {v.shape}")
+    k, v = _repeat_heads(n, k, q.shape[1]), _repeat_heads(n, v, q.shape[1])
+    mask = n.input(3)
+    mask = None if mask is None else n.as_tensor(mask)
+    y = ops.attention(q, k, v, mask=mask, scale=n.attr("scale"), causal=bool(n.attr("is_causal", 0)),
+                      masked_rows="nan")  # (a softmax of only -inf is NaN in ONNX)
+    if three_d:
+        y = ops.reshape(ops.permute(y, (0, 2, 1, 3)), (y.shape[0], y.shape[2], -1))
+    return y
+
+
+def _repeat_heads(n: OnnxNode, t: Tensor, heads: Any) -> Tensor:
+    """Keys or values of ``t.shape[1]`` heads for ``heads`` query heads: each repeated for its
+    group of query heads (grouped-query attention)."""
+    kv = t.shape[1]
+    if kv == heads:
+        return t
+    if not isinstance(kv, int) or not isinstance(heads, int) or heads % kv:
+        raise n.error(f"{heads} query heads cannot share {kv} key and value heads (their number must divide)")
+    b, _, s, d = t.shape
+    grown = ops.broadcast_to(ops.reshape(t, (b, kv, 1, s, d)), (b, kv, heads // kv, s, d))
+    return ops.reshape(grown, (b, heads, s, d))

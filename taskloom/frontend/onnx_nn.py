@@ -361,7 +361,7 @@ def attention(n: OnnxNode) -> Tensor:
     mask = n.input(3)
     mask = None if mask is None else n.as_tensor(mask)
     y = ops.attention(q, k, v, mask=mask, scale=n.attr("scale"), causal=bool(n.attr("is_causal", 0)),
-                      masked_rows="nan")  # (a softmax of only -inf is NaN in ONNX)
+                      masked_rows="zero")  # (a query with no key left gets zeros, as ONNX's reference says)
     if three_d:
         y = ops.reshape(ops.permute(y, (0, 2, 1, 3)), (y.shape[0], y.shape[2], -1))
     return y

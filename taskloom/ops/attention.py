@@ -95,7 +95,7 @@ def attention(q: Any, k: Any, v: Any, mask: Any = None, scale: float | None = No
         zero = masked_rows == "zero"
 
         def top(r):  # a row of only -inf subtracts 0 where it gets zeros: exp(-inf - 0) is 0, not NaN
-            return E.select(mx[r] == -math.inf, 0.0, mx[r]) if zero else mx[r]
+            return E.select(mx[r] == -math.inf, E.const(0.0, f32), mx[r]) if zero else mx[r]
         total = compute(SUM, (*batch, L), lambda *r: reduce([S], lambda j: E.call("exp", scores[(*r, j)] - top(r)), "sum"))
 
         def out(*idx):
@@ -103,7 +103,7 @@ def attention(q: Any, k: Any, v: Any, mask: Any = None, scale: float | None = No
             weighted = reduce([S], lambda j: E.call("exp", scores[(*b, i, j)] - top((*b, i)))
                               * E.cast(at(V, b, j, e), f32), "sum")
             # a row's sum is at least 1 (its maximum's term) unless every score is masked
-            return E.cast(weighted / (E.maximum(total[(*b, i)], 1.0) if zero else total[(*b, i)]), Q.dtype)
+            return E.cast(weighted / (E.maximum(total[(*b, i)], E.const(1.0, f32)) if zero else total[(*b, i)]), Q.dtype)
         return compute(op, (*batch, L, V.shape[-1]), out)
     inputs, names = [q, k, v] + ([m] if m is not None else []), ["q", "k", "v"] + (["mask"] if m is not None else [])
     return apply(op, inputs, names, build, {"scale": float(scale), "causal": causal, "masked_rows": masked_rows})[0]

@@ -85,7 +85,8 @@ def match_attention(task: Task) -> Attention | None:
     dims, o_dims, out_dims = _dims(scores.shape), _dims(out_anchor.shape), _dims(out.shape)
     red = collect(scores.value, ReduceCompute)
     wred = [r for r in collect(out_anchor.value, ReduceCompute) if r.kind == "sum"]  # type: ignore[attr-defined]
-    if len(red) != 1 or len(wred) != 1 or _static(red[0].shape) is None or not isinstance(o_dims[-1], int):  # type: ignore[attr-defined]
+    if len(red) != 1 or len(wred) != 1 or _static(red[0].shape) is None or not isinstance(o_dims[-1], int) \
+            or red[0].type != float32:  # type: ignore[attr-defined]  (float64 attention sums in float64)
         return None
     nb = len(dims) - 2
     vb, vi, vj, vd, ve = (E.Var(n, index_type) for n in ("b", "i", "j", "d", "e"))

@@ -38,6 +38,15 @@ EXCLUDED: dict[str, str] = {
     r"^test_identity_(sequence|opt)": "sequence and optional types",
     r"^test_attention_4d_causal_fp16_expanded": "float16 rounding: fused intermediates stay in float32, "
                                                  "the reference rounds after every operator (2 ulps)",
+    r"^test_attention_.*(past_and_present|softcap|qk_matmul|nonpad|window|padded_kv)":
+        "Attention with a key cache, softcap, the QK output, unpadded lengths or windows (refused)",
+    r"^test_resize_.*cubic": "cubic interpolation (Resize takes nearest and linear)",
+    r"^test_resize_.*antialias": "antialiased Resize",
+    r"^test_resize_tf_crop_and_resize": "Resize's tf_crop_and_resize (a region of interest)",
+    r"^test_resize_.*nearest_not_(larger|smaller)": "Resize's keep_aspect_ratio_policy other than stretch",
+    r"^test_resize_downsample_scales_linear_align_corners_cpu$":
+        "ONNX Runtime gives [1, 4] here, as taskloom does; the reference 3.14 (its align_corners divides by "
+        "the unrounded output length)",
 }
 
 # Tests that fail today for reasons outside the ONNX frontend: expected to fail (not strict,

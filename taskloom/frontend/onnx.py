@@ -169,17 +169,14 @@ def from_onnx(path_or_model: Any, input_shapes: InputShapes = None, *,
     if converter.fell:
         from taskloom.frontend import onnx_fallback
         if symbolic:
-            raise FrontendError(f"fallback=True: model input(s) {', '.join(repr(n) for n in symbolic)} have "
-                                "symbolic dimensions, and the parts around nodes that fall back compile for static "
-                                f"shapes only: fix them with input_shapes={{'{symbolic[0]}': (...), ...}}")
+            raise _static_only(symbolic, "fallback=True: ", "the parts around nodes that fall back compile for "
+                                                          "static shapes only")
         model = onnx_fallback.build(converter, converter.inputs, lambda part: compile_graph(
             part, target, verbose=verbose, tune=tune, budget=budget, layout=layout, device=device))
         onnx_fallback.warn(model)
         return model  # type: ignore[return-value]
     if symbolic and get_target(target).kind == "cuda":
-        raise FrontendError(f"model input(s) {', '.join(repr(n) for n in symbolic)} have symbolic dimensions, and "
-                            "CUDA targets compile static shapes only so far: fix them with "
-                            f"input_shapes={{'{symbolic[0]}': (...), ...}}")
+        raise _static_only(symbolic, "", "CUDA targets compile static shapes only so far")
     return compile_graph(graph, target,
                          verbose=verbose, tune=tune, budget=budget, layout=layout, device=device,
                          ranges=dict(dynamic) if dynamic else None)
@@ -214,6 +211,12 @@ def _converted(model: Any, input_shapes: InputShapes = None, constants: Mapping[
         raise
     except Exception as e:  # a fault outside any one node: still a FrontendError
         raise FrontendError(f"cannot convert {where}: {type(e).__name__}: {e}") from e
+
+
+def _static_only(symbolic: list[str], prefix: str, why: str) -> FrontendError:
+    """The error for inputs with symbolic dimensions where ``why`` needs static shapes."""
+    return FrontendError(f"{prefix}model input(s) {', '.join(repr(n) for n in symbolic)} have symbolic dimensions, "
+                         f"and {why}: fix them with input_shapes={{'{symbolic[0]}': (...), ...}}")
 
 
 def _symbol_name(dim: str, input_name: str, axis: int) -> str:

@@ -21,6 +21,7 @@ import numpy as np
 
 from taskloom.errors import FrontendError
 from taskloom.frontend.fallback import Fallback, summary
+from taskloom.frontend.onnx_registry import as_numpy
 from taskloom.graph.graph import Graph
 from taskloom.graph.tensor import Tensor, input as graph_input
 
@@ -127,13 +128,13 @@ class OnnxFallbackModel:
             else:
                 got = self._reference(step, values)
             values.update(zip(step.writes, got))
-        outs = tuple(np.asarray(_numpy(values[n])) for n in self.outputs)
+        outs = tuple(as_numpy(values[n]) for n in self.outputs)
         return outs[0] if len(outs) == 1 else outs
 
     def _reference(self, step: _Step, values: dict[str, Any]) -> list[Any]:
         from onnx.reference import ReferenceEvaluator
         node = step.node
-        feeds = {n: _numpy(values[n]) for n in node.input if n}
+        feeds = {n: as_numpy(values[n]) for n in node.input if n}
         domain = "" if node.domain == "ai.onnx" else node.domain
         with np.errstate(all="ignore"):
             got = ReferenceEvaluator(node, opsets={domain: self.opsets.get(domain, 1)}).run(None, feeds)
@@ -142,12 +143,6 @@ class OnnxFallbackModel:
     def save(self, path: Any) -> None:
         raise FrontendError("a model with nodes run outside the compiled graph cannot be saved as one file; "
                             f"its parts can ({len(self.parts)} in .parts), or give those nodes converters")
-
-
-def _numpy(v: Any) -> np.ndarray:
-    if isinstance(v, Tensor):
-        return np.asarray(v.numpy())
-    return np.asarray(v)
 
 
 def warn(model: OnnxFallbackModel) -> None:

@@ -49,12 +49,13 @@ def _leading_reshape(node: Node) -> bool:
     return node.op == "reshape" and x.ndim >= 2 and y.ndim >= 2 and tuple(x.shape[-2:]) == tuple(y.shape[-2:])
 
 
-def _scalar(t: Tensor) -> float | None:
-    """The value of a constant float tensor of one element, else None."""
+def _scalar(t: Tensor, floats_only: bool = True) -> float | None:
+    """The value of a constant tensor of one element (a float one unless ``floats_only`` is
+    False), else None."""
     if not t.is_concrete:
         return None
     a = t.numpy()
-    return float(a.reshape(())) if a.size == 1 and a.dtype.kind == "f" else None
+    return float(a.reshape(())) if a.size == 1 and (a.dtype.kind == "f" or not floats_only) else None
 
 
 def _operands(node: Node) -> tuple[Tensor, Tensor, bool, bool]:
@@ -182,31 +183,23 @@ def _all_minus_inf(cond: Tensor, x: Tensor) -> Node | None:
     def through(t: Tensor, nots: int = 0) -> tuple[Tensor, int]:
         node = _producer(t)
         while node is not None and (node.op in ("logical_not", "cast") or (
-                node.op == "not_equal" and _scalar_value(node.inputs[1]) == 0 and node.inputs[0].dtype == boolean)):
+                node.op == "not_equal" and _scalar(node.inputs[1], False) == 0 and node.inputs[0].dtype == boolean)):
             nots += node.op == "logical_not"
             t = node.inputs[0]
             node = _producer(t)
         return t, nots
     t, outer = through(cond)
     greater = _producer(t)
-    if greater is None or greater.op != "greater" or _scalar_value(greater.inputs[1]) != 0:
+    if greater is None or greater.op != "greater" or _scalar(greater.inputs[1], False) != 0:
         return None
     total = _producer(greater.inputs[0])
     if total is None or total.op != "sum" or tuple(total.task.attr("axis", ())) not in ((x.ndim - 1,), (-1,)):
         return None
     t, inner = through(total.inputs[0])
     equal = _producer(t)
-    if equal is None or equal.op != "equal" or equal.inputs[0] is not x or _scalar_value(equal.inputs[1]) != -math.inf:
+    if equal is None or equal.op != "equal" or equal.inputs[0] is not x or _scalar(equal.inputs[1], False) != -math.inf:
         return None
     return equal if outer % 2 == 1 and inner % 2 == 1 else None
-
-
-def _scalar_value(t: Tensor) -> float | None:
-    """The value of a constant tensor of one element (of any type), else None."""
-    if not t.is_concrete:
-        return None
-    a = t.numpy()
-    return float(a.reshape(())) if a.size == 1 else None
 
 
 def _causal(mask: Tensor, scale: float, shape: tuple) -> bool:

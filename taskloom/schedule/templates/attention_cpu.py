@@ -205,11 +205,11 @@ def _score_tile(p: _Plan, St: E.Var, acc: E.Var, b: E.Expr, i0: E.Expr, j0: E.Ex
     body: list[S.Stmt] = []
     for r in range(c.jr):
         j = j0 + jt + r
+        score = substitute(p.score, {att.vb: b, att.vj: j})
         for v in range(c.qv):
             at, start = E.TensorElement(acc, (E.as_expr(r), E.as_expr(v))), i0 + v * L
             row = (jt + r, E.as_expr(v * L))
             sv = E.Var(f"score{r}_{v}", at.type)
-            score = substitute(p.score, {att.vb: b, att.vj: j})
             # lanes past the last query load nothing: their scores are never stored
             count = None if _divides(p.BQ, att.L) else E.maximum(E.minimum(att.L - start, L), 0)
             vector = vectorize_expr(score, att.vi, start, L, count, vectors={att.acc: sv})

@@ -52,7 +52,7 @@ def build(functions: "Function | IRModule | Sequence[Function]", target: Target 
 def compile(model: Any, example_inputs: Any = None, target: Target | str | None = None, *,  # noqa: A001
             tune: int = 0, fuse: bool = True, optimize: bool = True, verbose: bool = False,
             budget: str | float | None = None, layout: str = "auto", device: str | None = None,
-            dynamic: dict[str, tuple[int, int]] | None = None) -> "CompiledGraph":
+            dynamic: dict[Any, Any] | None = None) -> "CompiledGraph":
     """Compiles a model into one native function: graph passes, operators fused, every kernel
     and a launcher in one shared library, intermediates in one planned arena.
 
@@ -75,10 +75,15 @@ def compile(model: Any, example_inputs: Any = None, target: Target | str | None 
     (the GPU, the default) or ``device="emulator"`` (every kernel in the SIMT emulator, on
     the CPU).
 
-    A Graph whose inputs have symbolic dimensions (``taskloom.graph.symbol("batch")``)
-    compiles once for every size: ``dynamic`` gives a symbol's range,
-    ``{"batch": (1, 64), "seq": (1, 512)}`` (by default 1 to 2**31 - 1), and a call outside
-    it raises an error naming the input and the range.
+    ``dynamic`` compiles once for every size of the dimensions that vary, and a call outside
+    a dimension's range raises an error naming the input and the range:
+
+    - a torch model: ``{"x": {0: "batch", 1: "seq"}}`` names symbolic dimensions by input
+      (the forward's parameter, or its position) and axis; ``{"x": {0: ("batch", 1, 64)}}``
+      gives a range too (by default 1 to 2**31 - 1);
+    - a Graph whose inputs have symbolic dimensions (``taskloom.graph.symbol("batch")``), or
+      an ONNX model with named dimensions (``dim_param``): ``{"batch": (1, 64)}`` gives a
+      symbol's range.
     """
     from taskloom.compiler.graph_compiler import compile_graph
     from taskloom.graph import Graph
@@ -88,9 +93,6 @@ def compile(model: Any, example_inputs: Any = None, target: Target | str | None 
                                 "pass the target by keyword: compile(graph, target=...)")
         return compile_graph(model, target, tune=tune, fuse=fuse, optimize=optimize, verbose=verbose,
                              budget=budget, layout=layout, device=device, ranges=dynamic)
-    if dynamic is not None:
-        raise ArgumentError("compile(): dynamic= gives the ranges of a Graph's symbolic dimensions; torch "
-                            "and ONNX models are compiled for the shapes of their example inputs")
     kind = type(model).__module__.split(".")[0]
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(model, torch.nn.Module):
@@ -100,7 +102,8 @@ def compile(model: Any, example_inputs: Any = None, target: Target | str | None 
                             f"{type(model).__name__}, which is {'already compiled' if hasattr(model, 'save') else 'none of them'}")
     if isinstance(model, (str, os.PathLike)) or kind == "onnx":
         from taskloom.frontend.onnx import from_onnx
-        return from_onnx(model, target=target, tune=tune, budget=budget, layout=layout, device=device)
+        return from_onnx(model, target=target, tune=tune, budget=budget, layout=layout, device=device,
+                         dynamic=dynamic)
     if kind == "torch" or callable(model):
         if example_inputs is None:
             raise ArgumentError("compile(): a torch model needs example_inputs (a tensor or a tuple of tensors) "
@@ -108,7 +111,7 @@ def compile(model: Any, example_inputs: Any = None, target: Target | str | None 
         from taskloom.frontend.torch import compile_module
         inputs = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
         return compile_module(model, tuple(inputs), target=target, tune=tune, budget=budget, layout=layout,
-                              device=device)
+                              device=device, dynamic=dynamic)
     raise ArgumentError(f"compile() takes a Graph, a torch module or an ONNX model, got {type(model).__name__}")
 
 

@@ -4,6 +4,10 @@
     taskloom bench model NAME [--batch B] [--seq S] [--compare torch,inductor,ort,tvm]
         [--tune 0|1|2] [--threads T] [--repeats 30] [--rounds 3] [--target SPEC] [--profile]
         [--tvm-trials N] [--budget SECONDS] [--direct] [--json FILE] [--plot FILE]
+    taskloom bench model NAME --dynamic --batch 1,4 [--seq 16,64,128] [--compare static,torch,inductor,ort]
+
+``--dynamic`` sweeps the sizes with one dynamic compile against a static compile per shape
+and the peers (:mod:`taskloom.bench.dynamic`).
 
 NAME is one of resnet50, inception_v3, mobilenet_v2, bert, gpt2, mlp (:mod:`taskloom.bench.zoo`:
 random weights, no downloads). taskloom runs the way users run it, ``torch.compile(model,
@@ -52,10 +56,11 @@ from typing import Any
 
 import numpy as np
 
-from taskloom.bench.op import cell, compare_type, error_text, positive_int, target_argument
+from taskloom.bench.op import cell, compare_type, error_text, positive_int, sizes, target_argument
 from taskloom.bench import peers as peers_module
 from taskloom.bench.peers import first_output
 from taskloom.bench.timing import machine, time_block, versions, write_json
+from taskloom.bench.dynamic import PEERS as DYNAMIC_PEERS, run_dynamic
 from taskloom.bench.zoo import MODELS, SEQUENCE_MODELS, build, input_text
 from taskloom.errors import TaskloomError
 from taskloom.target import Target
@@ -344,6 +349,18 @@ def plot_record(record: dict[str, Any], path: Path) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``taskloom bench model NAME``: measure, print the table (and profile), write JSON/plot."""
+    if args.dynamic:
+        peers = DYNAMIC_PEERS if args.compare is None else args.compare
+        if set(peers) - set(DYNAMIC_PEERS) or args.target or args.tune or args.profile or args.direct or args.plot:
+            args.model_parser.error(f"argument --dynamic: compares with {', '.join(DYNAMIC_PEERS)} on this machine "
+                                    "at tune 0 (no --target, --tune, --profile, --direct or --plot)")
+        return run_dynamic(args, peers)
+    for flag in ("batch", "seq"):
+        if len(getattr(args, flag)) != 1:
+            args.model_parser.error(f"argument --{flag}: one size, or several with --dynamic")
+        setattr(args, flag, getattr(args, flag)[0])
+    if args.compare is not None and "static" in args.compare:
+        args.model_parser.error("argument --compare: 'static' is a peer of --dynamic")
     target = target_argument(args.model_parser, args.target)
     if target.kind == "cuda":
         return _run_on_gpu(args)
@@ -404,10 +421,15 @@ def add_model_command(kinds: argparse._SubParsersAction) -> None:
                            formatter_class=argparse.RawDescriptionHelpFormatter,
                            epilog=__doc__[__doc__.index("``--json FILE`` writes"):].replace("``", ""))
     sub.add_argument("name", choices=MODELS, metavar="NAME", help=f"one of {', '.join(MODELS)}")
-    sub.add_argument("--batch", type=positive_int, default=1, metavar="B", help="batch size (default 1)")
-    sub.add_argument("--seq", type=positive_int, default=128, metavar="S",
-                     help="sequence length of bert and gpt2 (default 128)")
-    sub.add_argument("--compare", type=compare_type("model", PEERS), default=None, metavar=",".join(PEERS),
+    sub.add_argument("--batch", type=sizes, default=[1], metavar="B",
+                     help="batch size (default 1); with --dynamic, comma-separated sizes to sweep")
+    sub.add_argument("--seq", type=sizes, default=[128], metavar="S",
+                     help="sequence length of bert and gpt2 (default 128); with --dynamic, comma-separated")
+    sub.add_argument("--dynamic", action="store_true",
+                     help="one dynamic compile over every --batch and --seq, against a static compile per "
+                          "shape and the peers (taskloom.bench.dynamic; peers: static,torch,inductor,ort)")
+    sub.add_argument("--compare", type=compare_type("model", PEERS + DYNAMIC_PEERS), default=None,
+                     metavar=",".join(PEERS),
                      help=f"the peers to time, comma-separated, or 'none' (default: {','.join(PEERS)})")
     sub.add_argument("--tune", type=int, choices=(0, 1, 2), default=0, metavar="LEVEL",
                      help="taskloom's tuning level: 0, 1 or 2 (default 0)")

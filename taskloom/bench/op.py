@@ -413,6 +413,11 @@ def positive_int(text: str) -> int:
     return _int_at_least(text, 1, "a positive integer")
 
 
+def sizes(text: str) -> list[int]:
+    """Comma-separated positive integers, ``1,4,16``."""
+    return [positive_int(v) for v in text.split(",")]
+
+
 def _non_negative(text: str) -> int:
     return _int_at_least(text, 0, "an integer >= 0")
 

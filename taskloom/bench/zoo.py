@@ -200,8 +200,7 @@ _BUILDERS: dict[str, Callable[..., Any]] = {"resnet50": resnet50, "mobilenet_v2"
 
 
 def build(name: str, batch: int = 1, seq: int = 128, seed: int = 0) -> tuple[Any, tuple[Any, ...]]:
-    """An eval-mode torch model and example inputs for it: images of the model's size for the
-    CNNs, vectors for the MLP, ``seq`` random token ids for BERT and GPT-2; weights and
+    """An eval-mode torch model and example inputs for it (:func:`inputs`); weights and
     inputs from ``seed``."""
     import torch
     if name not in MODELS:
@@ -209,19 +208,26 @@ def build(name: str, batch: int = 1, seq: int = 128, seed: int = 0) -> tuple[Any
     if batch < 1 or seq < 1:
         raise ArgumentError(f"bench model {name}: batch ({batch}) and seq ({seq}) must be at least 1")
     torch.manual_seed(seed)
-    if name in IMAGE_MODELS:
-        model = _BUILDERS[name]()
-        _randomize_norms(model)
-        size = IMAGE_MODELS[name]
-        inputs: tuple[Any, ...] = (torch.randn(batch, 3, size, size),)
-    elif name in VECTOR_MODELS:
-        model = _BUILDERS[name]()
-        inputs = (torch.randn(batch, VECTOR_MODELS[name]),)
-    else:
+    if name in SEQUENCE_MODELS:
         model = bert(seq) if name == "bert" else gpt2(seq)
-        vocab = 30522 if name == "bert" else 50257
-        inputs = (torch.randint(0, vocab, (batch, seq), dtype=torch.int64),)
-    return model.eval(), inputs
+    else:
+        model = _BUILDERS[name]()
+        if name in IMAGE_MODELS:
+            _randomize_norms(model)
+    return model.eval(), inputs(name, batch, seq)
+
+
+def inputs(name: str, batch: int = 1, seq: int = 128) -> tuple[Any, ...]:
+    """Random inputs of ``name``: images of the model's size for the CNNs, vectors for the
+    MLP, ``seq`` token ids for BERT and GPT-2 (from torch's current seed)."""
+    import torch
+    if name in IMAGE_MODELS:
+        size = IMAGE_MODELS[name]
+        return (torch.randn(batch, 3, size, size),)
+    if name in VECTOR_MODELS:
+        return (torch.randn(batch, VECTOR_MODELS[name]),)
+    vocab = 30522 if name == "bert" else 50257
+    return (torch.randint(0, vocab, (batch, seq), dtype=torch.int64),)
 
 
 def _randomize_norms(model: Any) -> None:

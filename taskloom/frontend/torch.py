@@ -33,7 +33,10 @@ What to know:
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import inspect
+import logging
 import operator
 import re
 import warnings
@@ -43,15 +46,15 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 from torch.utils._pytree import TreeSpec, tree_unflatten
 
-from taskloom.errors import FrontendError, TargetError, TaskloomError
+from taskloom.errors import ArgumentError, FrontendError, TargetError, TaskloomError
 from taskloom.frontend.torch_aten import REGISTRY, register
 from taskloom.frontend.torch_convert import Conversion, convert
 from taskloom.frontend.torch_fallback import Fallback, SplitGraph, split, summary
 from taskloom.frontend.torch_lower import lower_to_aten
 from taskloom.frontend.torch_symbolic import (fake_inputs, graph_is_symbolic, inline_scalar_reads,
-                                              ranges as symbol_ranges, ranges_of)
+                                              MAX_SIZE, ranges as symbol_ranges, ranges_of, symbol_names)
 
-__all__ = ["Backend", "CompiledFunction", "Fallback", "FallbackWarning", "Options", "REGISTRY", "compile",
+__all__ = ["Backend", "CompiledFunction", "Fallback", "FallbackWarning", "Options", "PerShapeWarning", "REGISTRY", "compile",
            "compile_module", "fallbacks", "register", "taskloom_backend", "unwrap_error"]
 
 
@@ -68,6 +71,11 @@ def _may_fall_back(options: "Options", error: Exception) -> bool:
 class FallbackWarning(UserWarning):
     """Some nodes of a graph (or the whole graph) run in PyTorch because taskloom could not
     compile them (``fallback=True``)."""
+
+
+class PerShapeWarning(UserWarning):
+    """A graph dynamo gave with symbolic sizes does not compile for all sizes at once (a
+    convolution's height and width, say): taskloom compiles it once per input shape."""
 
 
 @dataclass(frozen=True)
@@ -96,7 +104,6 @@ class Options:
         if isinstance(self.tune, bool) or self.tune not in (0, 1, 2):
             raise FrontendError(f"taskloom backend: option 'tune'={self.tune!r} is not valid (valid: 0, 1, 2)")
         if self.budget is not None:
-            from taskloom.errors import ArgumentError
             from taskloom.tune.budget import parse_budget
             try:
                 parse_budget(self.budget)
@@ -231,7 +238,8 @@ class CompiledFunction:
     :class:`~taskloom.frontend.torch_fallback.Fallback` each).
     """
 
-    def __init__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: Options):
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: Options,
+                 dims: Mapping[int, Mapping[int, str]] | None = None):
         self.gm, self.options = gm, options
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         if len(placeholders) != len(example_inputs):
@@ -248,7 +256,9 @@ class CompiledFunction:
         # dynamo's sizes are symbols (dynamic=True, or a dimension seen to change): one
         # compiled graph serves every size its guards let through
         self.symbolic = graph_is_symbolic(gm)
-        self._ranges = symbol_ranges(fake_inputs(gm)) if self.symbolic else {}
+        fakes = fake_inputs(gm) if self.symbolic else []
+        self._symbol_names = symbol_names([fakes[k] for k in self._inputs_at], dims) if fakes and dims else {}
+        self._ranges = symbol_ranges(fakes, self._symbol_names) if self.symbolic else {}
         # Python floats dynamo passes as new tensors each call (with dynamic shapes): the
         # program inlines their values, so they key it by value
         self._scalars_at = [k for k, n in enumerate(placeholders) if _wrapped_float(n)]
@@ -259,8 +269,26 @@ class CompiledFunction:
         self.fallbacks: list[Fallback] = []
         self.graph: Any = None
         self.aten_graph: torch.fx.GraphModule | None = None
+        self.per_shape = ""  # why symbolic sizes were given up, if they were
         # compile now, at compile time, not on the first call
-        self._specialize([_concrete(a) for a in example_inputs], allow_fallback=False)
+        concrete = [_concrete(a) for a in example_inputs]
+        try:
+            self._specialize(concrete, allow_fallback=False)
+        except Exception as e:
+            if not self.symbolic or isinstance(e, (_OptionsError, TargetError)):
+                raise
+            self._compile_per_shape(e)
+            self._specialize(concrete, allow_fallback=False)
+
+    def _compile_per_shape(self, error: Exception) -> None:
+        """Gives up the symbolic sizes that ``error`` refused: each input shape compiles a
+        program of its own, as with ``dynamic=False``, and one warning says so."""
+        self.per_shape = f"{type(error).__name__}: {_first_line(error)}"
+        warnings.warn(f"taskloom: this graph does not compile for every size at once ({self.per_shape}); it "
+                      "compiles once per input shape instead. Mark only the dimensions that vary dynamic "
+                      "(torch._dynamo.mark_dynamic(x, 0) for the batch) to compile once", PerShapeWarning,
+                      stacklevel=4)
+        self.symbolic, self._ranges, self._symbol_names = False, {}, {}
 
     def _key(self, args: Sequence[Any]) -> tuple:
         if self.symbolic:  # sizes vary within one program; the symbols' values are no key
@@ -306,11 +334,16 @@ class CompiledFunction:
             raise FrontendError(f"torch could not lower the captured graph to core ATen operators "
                                 f"({type(e).__name__}: {_first_line(e)})") from e
         try:
-            conversion = convert(aten_gm, args, self._is_input, self._names)
+            conversion = convert(aten_gm, args, self._is_input, self._names, self._symbol_names)
         except FrontendError as e:  # operators without a converter, or a node its converter refused
             if not self.options.fallback or not (getattr(e, "unsupported", None) or getattr(e, "node_name", None)):
                 raise
-            return self._build_split(aten_gm, args, e)
+            try:
+                return self._build_split(aten_gm, args, e)
+            except Exception:
+                if not self.symbolic:
+                    raise
+                raise e from None  # the converter's refusal says why these sizes cannot stay symbolic
         compiled = None if conversion.graph is None else self._compile(conversion.graph, args)
         self.aten_graph, self.graph, self.compiled_graph = aten_gm, conversion.graph, compiled
         self.compiled_graphs, self.fallbacks = ([] if compiled is None else [compiled]), []
@@ -407,8 +440,9 @@ class Backend:
     __name__ = "taskloom"  # how dynamo names the backend in its messages
 
     def __init__(self, *, target: Any = None, tune: int = 0, fallback: bool = True, budget: Any = None,
-                 layout: str = "auto", device: str | None = None):
+                 layout: str = "auto", device: str | None = None, dims: Mapping[int, Mapping[int, str]] | None = None):
         self.options = Options(target, tune, fallback, budget, layout, device)
+        self.dims = dims  # names of the inputs' symbolic dimensions, by position (compile_module's dynamic=)
         self.compiled: list[CompiledFunction] = []
         self._eager_graphs: list[Fallback] = []  # graphs that run in PyTorch as a whole
 
@@ -421,7 +455,7 @@ class Backend:
                  options: Mapping[str, Any] | None = None, mode: str | None = None) -> Callable:
         opts = Options.parse(options, mode, defaults=self.options) if options or mode else self.options
         try:
-            fn = CompiledFunction(gm, example_inputs, opts)
+            fn = CompiledFunction(gm, example_inputs, opts, self.dims)
         except Exception as e:
             if not _may_fall_back(opts, e):
                 raise
@@ -442,22 +476,40 @@ def taskloom_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
 
 
 def compile_module(model: Any, example_inputs: tuple[Any, ...], *, target: Any = None, tune: int = 0,
-                   budget: Any = None, layout: str = "auto", device: str | None = None) -> Any:
+                   budget: Any = None, layout: str = "auto", device: str | None = None,
+                   dynamic: Mapping[str | int, Mapping[int, Any]] | None = None) -> Any:
     """``model`` traced on ``example_inputs`` into one :class:`~taskloom.runtime.CompiledGraph`
     (what ``taskloom.compile(model, example_inputs)`` returns): savable, called with the
     same inputs in order. The model must capture as one graph whose outputs it computes;
-    for anything else (graph breaks, outputs that are inputs), use :func:`compile`."""
-    backend = Backend(target=target, tune=tune, fallback=False, budget=budget, layout=layout, device=device)
+    for anything else (graph breaks, outputs that are inputs), use :func:`compile`.
+
+    ``dynamic`` makes dimensions of the inputs symbolic, one compiled graph for every size:
+    ``{"x": {0: "batch", 1: "seq"}}`` names them by input (the forward's parameter name, or
+    its position) and dimension; ``{"x": {0: ("batch", 1, 64)}}`` gives a range too (by
+    default 1 to 2**31 - 1). Dimensions given one name must be equal in every call."""
+    dims = dynamic_dims(model, example_inputs, dynamic)
+    tensors = [k for k, x in enumerate(example_inputs) if isinstance(x, torch.Tensor)]
+    backend = Backend(target=target, tune=tune, fallback=False, budget=budget, layout=layout, device=device,
+                      dims={tensors.index(k): {d: n for d, (n, _, _) in named.items()} for k, named in dims.items()})
+    inputs = _marked(example_inputs, dims)
     # every module of a class shares its forward's code, and each capture adds an entry to
     # that code's cache until the module is collected: past dynamo's recompile limit (8), a
     # capture with fullgraph=True fails, so compiling a ninth model of a class in one
     # process would. A capture runs once; the limit guards against recompiling in a loop.
     limits = {"recompile_limit": max(torch._dynamo.config.recompile_limit, 1 << 16),
               "accumulated_recompile_limit": max(torch._dynamo.config.accumulated_recompile_limit, 1 << 16)}
+    # sizes of 1 stay symbolic (dynamo would specialize them): one graph serves 1 and up; and
+    # torch's choice of its own convolution code (NNPACK from a batch of 16) guards nothing
+    symbolic = contextlib.ExitStack()
+    if dims:
+        symbolic.enter_context(torch.fx.experimental._config.patch(backed_size_oblivious=True))
+        symbolic.enter_context(torch.backends.nnpack.flags(enabled=False))
+        symbolic.enter_context(_quiet("torch._guards"))  # (a violated range is raised below, once)
     try:
-        traced = torch.compile(model, backend=backend, dynamic=False, fullgraph=True)
-        with torch.inference_mode(), torch._dynamo.config.patch(**limits):
-            traced(*example_inputs)
+        traced = torch.compile(model, backend=backend, dynamic=None if dims else False, fullgraph=True)
+        with torch.inference_mode(), torch._dynamo.config.patch(**limits), symbolic, warnings.catch_warnings():
+            warnings.simplefilter("ignore", PerShapeWarning)  # (raised below as an error)
+            traced(*inputs)
     except torch._dynamo.exc.Unsupported as e:
         raise FrontendError(f"compile(): the model does not trace as one graph ({e}); "
                             "use taskloom.torch.compile(model) for models with graph breaks") from None
@@ -466,16 +518,134 @@ def compile_module(model: Any, example_inputs: tuple[Any, ...], *, target: Any =
         if inner is e:
             raise
         raise inner from inner.__cause__
+    except torch.fx.experimental.symbolic_shapes.ConstraintViolationError as e:
+        raise FrontendError(f"compile(): the model does not allow every size of the dimensions dynamic= names: "
+                            f"{_constraint_text(e)}") from None
     (fn,) = backend.compiled
+    if fn.per_shape:
+        raise FrontendError(f"compile(): the model does not compile with the symbolic dimensions dynamic= names "
+                            f"({fn.per_shape})")
     compiled = fn.compiled_graph
     program = next(iter(fn._programs.values()))
     conv = program.conversion
-    shapes = [tuple(x.shape) for x in example_inputs if isinstance(x, torch.Tensor)]
+    shapes = [tuple(dims.get(k, {}).get(d, (size,))[0] for d, size in enumerate(x.shape))
+              for k, x in enumerate(example_inputs) if isinstance(x, torch.Tensor)]
     if (compiled is None or any(kind != "graph" for kind, _ in conv.leaves)
             or [tuple(i["shape"]) for i in compiled.inputs] != shapes):
         raise FrontendError("compile(): the model's outputs are not all computed from its tensor inputs in "
                             "order; use taskloom.torch.compile(model), which handles any output structure")
     return compiled
+
+
+def dynamic_dims(model: Any, example_inputs: Sequence[Any],
+                 dynamic: Mapping[str | int, Mapping[int, Any]] | None) -> dict[int, dict[int, tuple[str, int, int]]]:
+    """``compile_module``'s ``dynamic=`` checked against the model's inputs: for each input
+    position, each symbolic dimension's (name, lowest, highest)."""
+    if not dynamic:
+        return {}
+    if not isinstance(dynamic, Mapping):
+        raise ArgumentError(f"compile(): dynamic= maps inputs to their symbolic dimensions, "
+                            f"{{'x': {{0: 'batch'}}}}; got {dynamic!r}")
+    params = _parameter_names(model, len(example_inputs))
+    out: dict[int, dict[int, tuple[str, int, int]]] = {}
+    for key, named in dynamic.items():
+        k = key if isinstance(key, int) and not isinstance(key, bool) else params.index(key) if key in params else -1
+        if not 0 <= k < len(example_inputs):
+            raise ArgumentError(f"compile(): dynamic= names input {key!r}, which the model does not take "
+                                f"(its inputs: {', '.join(map(repr, params))}, or positions 0 to {len(example_inputs) - 1})")
+        x = example_inputs[k]
+        if not isinstance(x, torch.Tensor) or not isinstance(named, Mapping):
+            raise ArgumentError(f"compile(): dynamic= for input {key!r} must map dimensions of a tensor to names, "
+                                f"{{0: 'batch'}}; got {named!r} for a {type(x).__name__}")
+        out[k] = {_axis(key, d, x.ndim): _symbol(key, d, spec, int(x.shape[d if d >= 0 else d + x.ndim]))
+                  for d, spec in named.items()}
+    return _one_range_per_name(out)
+
+
+def _one_range_per_name(dims: dict[int, dict[int, tuple[str, int, int]]]) -> dict[int, dict[int, tuple[str, int, int]]]:
+    """A name given a range in one place has it everywhere (dynamo needs the dimensions it
+    finds equal to have one range); two different ranges for one name are an error."""
+    given: dict[str, tuple[int, int]] = {}
+    for named in dims.values():
+        for name, low, high in named.values():
+            if (low, high) != (1, MAX_SIZE) and given.setdefault(name, (low, high)) != (low, high):
+                raise ArgumentError(f"compile(): dynamic= gives {name!r} two ranges, {given[name]} and "
+                                    f"{(low, high)}; give it one")
+    return {k: {d: (n, *given.get(n, (lo, hi))) for d, (n, lo, hi) in named.items()} for k, named in dims.items()}
+
+
+def _parameter_names(model: Any, count: int) -> list[str]:
+    """The names of the first ``count`` parameters of the model's forward (or the function)."""
+    try:
+        params = list(inspect.signature(getattr(model, "forward", model)).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return names[:count] + [str(k) for k in range(len(names), count)]
+
+
+def _axis(key: Any, d: Any, ndim: int) -> int:
+    if not isinstance(d, int) or isinstance(d, bool) or not -ndim <= d < ndim:
+        raise ArgumentError(f"compile(): dynamic= names dimension {d!r} of input {key!r}, which has {ndim} "
+                            "dimensions")
+    return d % ndim
+
+
+def _symbol(key: Any, d: int, spec: Any, size: int) -> tuple[str, int, int]:
+    """A dimension's (name, lowest, highest) from ``"batch"`` or ``("batch", 1, 64)``."""
+    if isinstance(spec, str):
+        name, low, high = spec, 1, MAX_SIZE
+    elif isinstance(spec, (tuple, list)) and len(spec) == 3:
+        name, low, high = spec
+    else:
+        name, low, high = None, 0, 0
+    ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (low, high))
+    if not isinstance(name, str) or not name.isidentifier() or not ints or not 1 <= low <= high <= MAX_SIZE:
+        raise ArgumentError(f"compile(): dynamic= for dimension {d} of input {key!r} must be a name, 'batch', or "
+                            f"a name and a range, ('batch', 1, 64), with 1 <= lowest <= highest <= {MAX_SIZE}; "
+                            f"got {spec!r}")
+    if not low <= size <= high:
+        raise ArgumentError(f"compile(): the example input {key!r} has {size} in dimension {d}, outside the range "
+                            f"{low} to {high} that dynamic= gives {name!r}")
+    return name, low, high
+
+
+def _marked(example_inputs: Sequence[Any], dims: Mapping[int, Mapping[int, tuple[str, int, int]]]) -> list[Any]:
+    """The example inputs with the dimensions ``dims`` names marked dynamic for dynamo (on new
+    tensor objects over the same data, so that the caller's tensors stay unmarked)."""
+    out = list(example_inputs)
+    for k, named in dims.items():
+        out[k] = out[k].detach()
+        for d, (_, low, high) in named.items():
+            torch._dynamo.mark_dynamic(out[k], d, min=low, max=high)
+    return out
+
+
+@contextlib.contextmanager
+def _quiet(logger: str) -> Any:
+    """``logger``'s records dropped for the duration (dynamo logs an error it also raises)."""
+    log = logging.getLogger(logger)
+    level, log.level = log.level, logging.CRITICAL + 1
+    try:
+        yield
+    finally:
+        log.level = level
+
+
+def _constraint_text(error: Exception) -> str:
+    """dynamo's constraint violation as one line: what the model's code requires of the sizes."""
+    text = str(error)
+    guard = re.search(r"satisfy the generated guard (.*?)\.?$", text, re.M)
+    if guard:
+        need = f"the model's code requires {guard.group(1)}"
+    elif "specialized it to be a constant" in text:
+        need = "the model's code fixes a dimension to its example size"
+    else:
+        return _first_line(error)
+    need = re.sub(r"L\['(\w+)'\]\.size\(\)\[(\d+)\]", r"input '\1' dimension \2", need)
+    return (f"{need}. Give each dimension a range its code allows (('seq', 2, 512)) and an example size "
+            "other than 1, or compile with taskloom.torch.compile(model, dynamic=True), which compiles a graph "
+            "per case")
 
 
 def compile(model: Any, *, target: Any = None, tune: int = 0, fallback: bool = True,  # noqa: A001

@@ -18,7 +18,7 @@ from __future__ import annotations
 import operator
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 from torch.fx.node import Node, map_aggregate
@@ -146,8 +146,9 @@ def _hint(d: Any, hints: dict[str, int] | None) -> int:
 
 class _Interpreter:
     def __init__(self, gm: torch.fx.GraphModule, args: Sequence[Any], is_input: Sequence[bool],
-                 names: Sequence[str]):
+                 names: Sequence[str], symbol_names: Mapping[str, str]):
         self.gm, self.args, self.is_input, self.names = gm, args, is_input, names
+        self.symbol_names = symbol_names
         self.const = constant_nodes(gm, is_input)
         self.env: dict[Node, Any] = {}            # node -> torch value (constants) or taskloom value
         self.as_taskloom: dict[Node, Any] = {}    # constant node -> its taskloom form
@@ -185,7 +186,7 @@ class _Interpreter:
             elif node.op == "get_attr":
                 self.env[node] = getattr(self.gm, node.target)
             elif _is_size(node) and node not in self.const:
-                self.env[node] = to_expr(node.meta["val"])
+                self.env[node] = to_expr(node.meta["val"], self.symbol_names)
             elif node.op == "call_function" and (node.users or functional_form(node.target) is not None):
                 # (a result nobody reads is not computed, unless the operator writes its input)
                 self.env[node] = self.fold(node) if node in self.const else self.call(node)
@@ -196,16 +197,16 @@ class _Interpreter:
     def placeholder(self, node: Node, position: int) -> None:
         value, val = self.args[position], node.meta.get("val")
         if not self.is_input[position]:
-            self.env[node] = to_expr(val) if is_symbolic(val) else value
+            self.env[node] = to_expr(val, self.symbol_names) if is_symbolic(val) else value
             return
         name = self.input_names[node] = self.names[position]
         if value.device.type != "cpu":
             raise FrontendError(f"input '{name}' is on {value.device}; the CPU backend takes CPU tensors")
         if is_symbolic(val):
-            t = Tensor(tuple(to_expr(d) for d in val.shape), dtype_of(value.dtype), name=name)
+            t = Tensor(tuple(to_expr(d, self.symbol_names) for d in val.shape), dtype_of(value.dtype), name=name)
             for d in val.shape:
                 if isinstance(d, torch.SymInt) and d.node.expr.is_Symbol:
-                    self.hints[str(d.node.expr)] = int(d.node.hint)
+                    self.hints[self.symbol_names.get(str(d.node.expr), str(d.node.expr))] = int(d.node.hint)
         else:
             t = graph_input(tuple(value.shape), dtype_of(value.dtype), name=name)
         self.inputs.append(t)
@@ -280,7 +281,8 @@ class _Sub:
 
 
 def convert(gm: torch.fx.GraphModule, args: Sequence[Any], is_input: Sequence[bool],
-            names: Sequence[str]) -> Conversion:
+            names: Sequence[str], symbol_names: Mapping[str, str] | None = None) -> Conversion:
     """Converts the ATen graph ``gm`` traced on ``args``: placeholders where ``is_input`` holds
-    become graph inputs named ``names``; the others (parameters, buffers, sizes) constants."""
-    return _Interpreter(gm, args, is_input, names).run()
+    become graph inputs named ``names``; the others (parameters, buffers, sizes) constants.
+    Symbolic sizes keep dynamo's symbols, renamed as ``symbol_names`` says."""
+    return _Interpreter(gm, args, is_input, names, symbol_names or {}).run()

@@ -10,7 +10,7 @@ so one compiled graph serves every size dynamo's guards let through.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import sympy
 import torch
@@ -80,19 +80,20 @@ def inline_scalar_reads(gm: torch.fx.GraphModule, args: Sequence[Any], positions
     gm.recompile()
 
 
-def to_expr(value: Any) -> Any:
-    """A SymInt (or int) as a taskloom size: an int, or an expression of the symbols."""
+def to_expr(value: Any, names: Mapping[str, str] | None = None) -> Any:
+    """A SymInt (or int) as a taskloom size: an int, or an expression of the symbols, each
+    named as ``names`` says (dynamo's own name, ``s77``, otherwise)."""
     if isinstance(value, torch.SymInt):
-        return _sympy(value.node.expr)
+        return _sympy(value.node.expr, names or {})
     return value
 
 
-def _sympy(e: Any) -> Any:
+def _sympy(e: Any, names: Mapping[str, str]) -> Any:
     if e.is_Integer:
         return int(e)
     if e.is_Symbol:
-        return E.var(str(e))
-    args = [_sympy(a) for a in e.args]
+        return E.var(names.get(str(e), str(e)))
+    args = [_sympy(a, names) for a in e.args]
     if isinstance(e, sympy.Add):
         return _fold(args, lambda a, b: a + b)
     if isinstance(e, sympy.Mul):
@@ -114,9 +115,24 @@ def _fold(args: Sequence[Any], op: Any) -> Any:
     return out
 
 
-def ranges(fakes: Sequence[Any]) -> dict[str, tuple[int, int]]:
+def symbol_names(fakes: Sequence[Any], dims: Mapping[int, Mapping[int, str]]) -> dict[str, str]:
+    """Names for dynamo's symbols: ``dims`` names dimensions of the inputs (``{0: {0:
+    "batch"}}``, the position among ``fakes`` first), and each such dimension's symbol takes
+    its name. Two symbols given one name become one (the compiled graph then requires the
+    dimensions to be equal)."""
+    out = {}
+    for k, named in dims.items():
+        for d, name in named.items():
+            size = fakes[k].shape[d]
+            if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+                out[str(size.node.expr)] = name
+    return out
+
+
+def ranges(fakes: Sequence[Any], names: Mapping[str, str] | None = None) -> dict[str, tuple[int, int]]:
     """Each symbol's range from the shape environment of ``fakes`` (dynamo's guards: 2 and up
-    for a dimension it did not specialize), capped at :data:`MAX_SIZE`."""
+    for a dimension it did not specialize), capped at :data:`MAX_SIZE`; symbols are named as
+    ``names`` says, and a name two symbols share gets both ranges' intersection."""
     env = None
     for v in fakes:
         if isinstance(v, torch.Tensor) and getattr(v, "fake_mode", None) is not None:
@@ -127,9 +143,11 @@ def ranges(fakes: Sequence[Any]) -> dict[str, tuple[int, int]]:
             break
     if env is None:
         return {}
-    out = {}
+    out: dict[str, tuple[int, int]] = {}
     for symbol, r in env.var_to_range.items():
-        out[str(symbol)] = (max(_bound(r.lower, 0), 0), min(_bound(r.upper, MAX_SIZE), MAX_SIZE))
+        name = (names or {}).get(str(symbol), str(symbol))
+        low, high = out.get(name, (0, MAX_SIZE))
+        out[name] = (max(_bound(r.lower, 0), low), min(_bound(r.upper, MAX_SIZE), high))
     return out
 
 

@@ -383,6 +383,9 @@ def conv2d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any 
                       f"but 'x' has {c_in} channels in {groups} group(s): expected {c_in // groups}")
     if kh < 1 or kw < 1:
         raise OpError(f"{op}(): 'weight' has an empty kernel {kh}x{kw}")
+    if isinstance(h, E.Expr) or isinstance(w, E.Expr):
+        raise OpError(f"{op}(): the height and width of 'x' {tuple(x.shape)} must be fixed sizes (only its "
+                      "batch may be symbolic): compile for the image size the model takes")
     pt, pb, pl, pr = _conv_padding(op, padding, (kh, kw), (dh, dw), (sh, sw))
     for axis, size, lo, hi, k, d in (("height", h, pt, pb, kh, dh), ("width", w, pl, pr, kw, dw)):
         if d * (k - 1) + 1 > size + lo + hi:

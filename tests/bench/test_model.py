@@ -147,3 +147,35 @@ def test_systems_take_turns_in_rotating_rounds(tiny_zoo, monkeypatch, tmp_path, 
     rows = json.loads(path.read_text())["rows"]
     assert all(r["runs"] == 6 and len(r["round_ms"]) == 3 for r in rows)
     assert "spread" in capsys.readouterr().out
+
+
+def test_dynamic_sweeps_one_compile_against_one_per_shape(tiny_zoo, monkeypatch, tmp_path, capsys):
+    from taskloom.bench import dynamic
+    monkeypatch.setattr(dynamic, "build", tiny)
+    monkeypatch.setattr(dynamic, "inputs", lambda name, batch, seq: tiny(name, batch)[1])
+    path = tmp_path / "sweep.json"
+    assert main(["bench", "model", "resnet50", "--dynamic", "--batch", "1,3", "--compare", "static,torch",
+                 "--repeats", "2", "--rounds", "1", "--json", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "batch  3  taskloom-dynamic" in out and "dyn/static" in out and "compiles 1" in out
+    record = json.loads(path.read_text())
+    assert record["command"] == ("taskloom bench model resnet50 --dynamic --batch 1,3 --compare static,torch "
+                                 "--repeats 2 --rounds 1")
+    assert record["compiles"] == {"taskloom-dynamic": 1, "taskloom-static": 2}
+    assert [(r["batch"], r["seq"]) for r in record["rows"]] == [(1, 0), (3, 0)]
+    for row in record["rows"]:
+        assert set(row["ms"]) == {"taskloom-dynamic", "taskloom-static", "torch"}
+        assert max(row["max_abs_diff"].values()) < 1e-4
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--batch", "1,2"], "argument --batch: one size, or several with --dynamic"),
+    (["--compare", "static"], "'static' is a peer of --dynamic"),
+    (["--dynamic", "--compare", "tvm"], "argument --dynamic: compares with static, torch, inductor, ort"),
+    (["--dynamic", "--profile"], "argument --dynamic"),
+    (["--batch", "1,x"], "argument --batch"),
+])
+def test_dynamic_usage_errors(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        main(["bench", "model", "bert", *argv])
+    assert message in capsys.readouterr().err

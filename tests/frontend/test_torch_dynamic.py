@@ -93,3 +93,103 @@ def test_transformers_models_compile_once_for_every_shape(family):
     schedules = [k["schedule"] for fn in compiled.taskloom_backend.compiled
                  for k in fn.compiled_graph.meta["kernels"]]
     assert sum(s.startswith("attention_cpu") for s in schedules) == 1, schedules
+
+
+class SmallCNN(torch.nn.Module):
+    """Convolutions, batch norm, pooling and a classifier: what a batch-dynamic CNN needs."""
+
+    def __init__(self):
+        super().__init__()
+        self.features = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+            torch.nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=8), torch.nn.ReLU())
+        self.head = torch.nn.Linear(8, 5)
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(image).mean((2, 3)))
+
+
+def test_compile_with_named_dimensions_serves_every_size(tmp_path):
+    """``taskloom.compile(model, inputs, dynamic=...)``: one compiled graph, the symbols named
+    as given, sizes of 1 included, a call outside a range an error naming the input."""
+    import taskloom
+    from taskloom.errors import ArgumentError
+    torch.manual_seed(0)
+    model = Attention().eval()
+    example = (torch.randn(1, 5, 32), torch.ones(1, 5))
+    graph = taskloom.compile(model, example, dynamic={"x": {0: "batch", 1: ("seq", 2, 64)}, "mask": {0: "batch", 1: "seq"}})
+    assert graph.symbols == {"batch": (1, 2 ** 31 - 1), "seq": (2, 64)}
+    assert [i["shape"] for i in graph.inputs] == [["batch", "seq", 32], ["batch", "seq"]]
+    with torch.no_grad():
+        for b, t in [(1, 2), (3, 17), (2, 64), (1, 9)]:
+            x, mask = torch.randn(b, t, 32), (torch.rand(b, t) > 0.2).float()
+            torch.testing.assert_close(torch.as_tensor(graph(x, mask)), model(x, mask), rtol=1e-4, atol=1e-5)
+    with pytest.raises(ArgumentError, match="input 'x' dimension 1 is seq=65; .* from 2 to 64"):
+        graph(torch.randn(1, 65, 32), torch.ones(1, 65))
+    with pytest.raises(ArgumentError, match="seq=6, but input 'x' dimension 1 gave seq=5"):
+        graph(torch.randn(1, 5, 32), torch.ones(1, 6))
+    graph.save(tmp_path / "attention.tlm")
+    loaded = taskloom.load(tmp_path / "attention.tlm")
+    x, mask = torch.randn(4, 11, 32), torch.ones(4, 11)
+    assert loaded.symbols == graph.symbols
+    torch.testing.assert_close(torch.as_tensor(loaded(x, mask)), model(x, mask), rtol=1e-4, atol=1e-5)
+
+
+def test_cnn_with_symbolic_batch_is_one_graph_past_sixteen():
+    """A symbolic batch through convolutions: one graph for 1 to 20 (torch's own choice of
+    convolution code at a batch of 16 does not split it)."""
+    import taskloom
+    torch.manual_seed(0)
+    model = SmallCNN().eval()
+    graph = taskloom.compile(model, (torch.randn(2, 3, 12, 12),), dynamic={0: {0: "n"}})
+    assert graph.symbols == {"n": (1, 2 ** 31 - 1)}
+    with torch.no_grad():
+        for n in (1, 5, 16, 20):
+            x = torch.randn(n, 3, 12, 12)
+            torch.testing.assert_close(torch.as_tensor(graph(x)), model(x), rtol=1e-4, atol=1e-5)
+
+
+class Branches(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 2 if x.shape[0] > 4 else x + 1
+
+
+@pytest.mark.parametrize("dynamic, match", [
+    ({"y": {0: "n"}}, "names input 'y', which the model does not take .*'x'"),
+    ({"x": {2: "n"}}, "dimension 2 of input 'x', which has 2 dimensions"),
+    ({"x": {0: ("n", 0, 8)}}, "must be a name, 'batch', or a name and a range"),
+    ({"x": {0: ("n", 4, 8)}}, "has 3 in dimension 0, outside the range 4 to 8"),
+    ({"x": {0: 7}}, "must be a name"),
+    ({"x": {0: ("n", 1, 8), 1: ("n", 1, 4)}}, "gives 'n' two ranges"),
+])
+def test_compile_dynamic_argument_errors(dynamic, match):
+    import taskloom
+    from taskloom.errors import ArgumentError
+    with pytest.raises(ArgumentError, match=match):
+        taskloom.compile(Branches(), (torch.randn(3, 2),), dynamic=dynamic)
+
+
+def test_compile_dynamic_refuses_what_the_model_fixes():
+    """A model whose code branches on a size cannot serve the whole range from one graph: an
+    error saying what the code requires, never a graph wrong on the other branch."""
+    import taskloom
+    from taskloom.errors import FrontendError
+    with pytest.raises(FrontendError, match=r"requires input 'x' dimension 0 <= 4"):
+        taskloom.compile(Branches(), (torch.randn(3, 2),), dynamic={"x": {0: "n"}})
+    graph = taskloom.compile(Branches(), (torch.randn(3, 2),), dynamic={"x": {0: ("n", 1, 4)}})
+    x = torch.randn(4, 2)
+    torch.testing.assert_close(torch.as_tensor(graph(x)), x + 1)
+
+
+def test_symbolic_image_sizes_compile_per_shape_with_a_warning():
+    """dynamic=True makes a CNN's height and width symbolic, which its convolutions cannot be:
+    each shape compiles its own program (one warning says so), never eager PyTorch."""
+    torch.manual_seed(0)
+    model = SmallCNN().eval()
+    compiled = tt.compile(model, dynamic=True, fallback=False)
+    with torch.no_grad(), pytest.warns(tt.PerShapeWarning, match="height and width of 'x'"):
+        for n, size in [(2, 12), (3, 16)]:
+            x = torch.randn(n, 3, size, size)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
+    assert _programs(compiled) == 2
+    assert all(fn.per_shape for fn in compiled.taskloom_backend.compiled)

@@ -94,10 +94,15 @@ def schedule_variants(task: Task, target: Target, points: Sequence[Mapping[str, 
                       weights_stream: bool = False) -> tuple[list[Scheduled], list[int]]:
     """The kernels of a ``task`` with symbolic sizes, and which of them serves each sample
     point of its symbols (:mod:`taskloom.compiler.dynamic`): for the CPU matmul template, one
-    variant per config the analytic model chooses over the points; for anything else, one
+    variant per config the analytic model chooses over the points; for the CPU attention
+    template, one per block shape the points' query counts take; for anything else, one
     kernel for all. Variants after the first are named ``<name>_v1``, ``<name>_v2``."""
     from taskloom.compiler.dynamic import choose_variants, evaluate
     found = find_candidate(task, target, constants, weights_stream)
+    if found is not None and found.template == "attention_cpu":
+        att = found.tunable
+        kept, table = choose_variants([choose_attention_cpu(att, target, evaluate((att.L,), p)[0]) for p in points])
+        return [found.build(c, name if k == 0 else f"{name}_v{k}") for k, c in enumerate(kept)], table
     if found is None or found.template != "matmul_cpu" or found.tunable.con.static:  # type: ignore[attr-defined]
         return [schedule_kernel(task, target, name, 0, None, constants, weights_stream)], [0] * len(points)
     t = found.tunable  # type: ignore[attr-defined]

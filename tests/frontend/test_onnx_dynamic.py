@@ -86,6 +86,8 @@ def test_one_compile_serves_every_size():
     assert [(s["name"], s["max"]) for s in compiled.meta["dynamic"]["symbols"]] == [("batch", 8), ("seq", 64)]
     with pytest.raises(ArgumentError, match="seq"):
         compiled(np.zeros((1, 65, 16), np.float32))  # past the declared range
+    again = taskloom.compile(m, dynamic={"batch": (1, 8), "seq": (1, 64)})  # the same through compile()
+    assert again.symbols == {"batch": (1, 8), "seq": (1, 64)}
 
 
 @settings(max_examples=5, deadline=None)

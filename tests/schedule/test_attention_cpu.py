@@ -157,7 +157,9 @@ def test_symbolic_lengths_one_kernel_for_every_size(mask, causal):
         graph = Graph([q, k, v], [ops.reshape(out, (B, H, L, D))])
     compiled = taskloom.compile(graph, dynamic={"batch": (1, 4), "seq": (1, 100)})
     assert sum(k["schedule"].startswith("attention_cpu") for k in compiled.meta["kernels"]) == (0 if causal else 1)
-    for b, n in ((1, 1), (2, 37), (3, 100)):
+    if not causal:  # a block of one vector of queries up to 8 (sample points 1 and 8), two past
+        assert [sorted(set(t)) for t in compiled.meta["dynamic"]["variants"] if len(set(t)) > 1] == [[0, 1]]
+    for b, n in ((1, 1), (2, 37), (3, 100), (2, 7), (1, 20)):  # (20: the one-vector variant, two blocks)
         arrays = data(b, n, n, H, D, mask=mask)
         got = compiled(*(arrays[t.name] for t in graph.inputs))
         want = sdpa(arrays, b, n, H, causal).reshape(b, n, H, D).transpose(0, 2, 1, 3)

@@ -62,13 +62,15 @@ class AttentionConfig:
         return f"qv{self.qv}_jr{self.jr}_er{self.er}_bk{self.bk}"
 
 
-def choose_config(att: Attention, target: CpuTarget) -> AttentionConfig:
+def choose_config(att: Attention, target: CpuTarget, length: int | None = None) -> AttentionConfig:
     """The block shape for ``att``: two vectors of queries (one when the queries fit in
     one), register tiles that leave room for the operand vectors, and 64 keys a step (the
     block's scores, its queries and its output then take 24 KiB of L1 at 32 queries and
-    head size 64), fewer when there are fewer keys."""
+    head size 64), fewer when there are fewer keys. ``length``: the number of queries to
+    choose for where ``att.L`` is symbolic (a variant's sample point)."""
     lanes, regs = target.vector_lanes(f32), target.num_vector_registers
-    qv = 1 if isinstance(att.L, int) and att.L <= lanes else 2  # (a symbolic length: two)
+    length = att.L if length is None else length
+    qv = 1 if isinstance(length, int) and length <= lanes else 2  # (a symbolic length: two)
     tile = 8 if regs >= 32 else 4  # tile x qv accumulators, qv operand vectors and a broadcast
     return AttentionConfig(qv, tile, tile, min(64, cdiv(att.S, tile) * tile) if isinstance(att.S, int) else 64)
 

@@ -31,7 +31,9 @@ def torch_coverage() -> tuple[list[str], list[str]]:
     # an overload the frontend decomposes first (upsampling, into gathers) converts too
     registry: Any = {**torch_aten.REGISTRY, **decomposition_table(), **FAST_PATH_DECOMPOSITIONS}
     converted, missing = [], []
-    for name in sorted(n for n in dir(torch.ops.aten) if not n.startswith("__")):
+    # every registered aten operator (``dir(torch.ops.aten)`` lists only those already looked up)
+    names = {n.split("::", 1)[1].split(".")[0] for n in torch._C._dispatch_get_all_op_names() if n.startswith("aten::")}
+    for name in sorted(names):
         try:
             packet = getattr(torch.ops.aten, name)
             overloads = packet.overloads()

@@ -3,8 +3,8 @@
 of your own, ``fallbacks`` for what runs in PyTorch; see :mod:`taskloom.frontend.torch`.
 Importing it imports torch."""
 from taskloom.frontend.torch import (REGISTRY, Backend, CompiledFunction, Fallback, FallbackWarning, Options,
-                                     PerShapeWarning,
-                                     compile, compile_module, fallbacks, register, taskloom_backend, unwrap_error)
+                                     PerShapeWarning, compile, compile_module, fallbacks, register,
+                                     taskloom_backend, unwrap_error)
 
-__all__ = ["Backend", "CompiledFunction", "Fallback", "FallbackWarning", "Options", "PerShapeWarning", "REGISTRY", "compile",
-           "compile_module", "fallbacks", "register", "taskloom_backend", "unwrap_error"]
+__all__ = ["Backend", "CompiledFunction", "Fallback", "FallbackWarning", "Options", "PerShapeWarning", "REGISTRY",
+           "compile", "compile_module", "fallbacks", "register", "taskloom_backend", "unwrap_error"]

@@ -54,8 +54,8 @@ from taskloom.frontend.torch_lower import lower_to_aten
 from taskloom.frontend.torch_symbolic import (fake_inputs, graph_is_symbolic, inline_scalar_reads,
                                               MAX_SIZE, ranges as symbol_ranges, ranges_of, symbol_names)
 
-__all__ = ["Backend", "CompiledFunction", "Fallback", "FallbackWarning", "Options", "PerShapeWarning", "REGISTRY", "compile",
-           "compile_module", "fallbacks", "register", "taskloom_backend", "unwrap_error"]
+__all__ = ["Backend", "CompiledFunction", "Fallback", "FallbackWarning", "Options", "PerShapeWarning", "REGISTRY",
+           "compile", "compile_module", "fallbacks", "register", "taskloom_backend", "unwrap_error"]
 
 
 class _OptionsError(FrontendError):
@@ -235,7 +235,8 @@ class CompiledFunction:
     graph it was compiled from, and ``aten_graph`` the ATen graph that was converted. When
     nodes fall back to PyTorch, those two are None and ``compiled_graphs`` lists the compiled
     parts in the order they run; ``fallbacks`` lists the nodes PyTorch runs (a
-    :class:`~taskloom.frontend.torch_fallback.Fallback` each).
+    :class:`~taskloom.frontend.torch_fallback.Fallback` each). ``per_shape`` says why the
+    graph's symbolic sizes were given up for a compile per shape (empty while they are kept).
     """
 
     def __init__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: Options,
@@ -551,8 +552,8 @@ def dynamic_dims(model: Any, example_inputs: Sequence[Any],
     for key, named in dynamic.items():
         k = key if isinstance(key, int) and not isinstance(key, bool) else params.index(key) if key in params else -1
         if not 0 <= k < len(example_inputs):
-            raise ArgumentError(f"compile(): dynamic= names input {key!r}, which the model does not take "
-                                f"(its inputs: {', '.join(map(repr, params))}, or positions 0 to {len(example_inputs) - 1})")
+            raise ArgumentError(f"compile(): dynamic= names input {key!r}, which the model does not take (its "
+                                f"inputs: {', '.join(map(repr, params))}, or positions 0 to {len(example_inputs) - 1})")
         x = example_inputs[k]
         if not isinstance(x, torch.Tensor) or not isinstance(named, Mapping):
             raise ArgumentError(f"compile(): dynamic= for input {key!r} must map dimensions of a tensor to names, "

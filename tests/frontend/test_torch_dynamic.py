@@ -117,7 +117,8 @@ def test_compile_with_named_dimensions_serves_every_size(tmp_path):
     torch.manual_seed(0)
     model = Attention().eval()
     example = (torch.randn(1, 5, 32), torch.ones(1, 5))
-    graph = taskloom.compile(model, example, dynamic={"x": {0: "batch", 1: ("seq", 2, 64)}, "mask": {0: "batch", 1: "seq"}})
+    graph = taskloom.compile(model, example,
+                             dynamic={"x": {0: "batch", 1: ("seq", 2, 64)}, "mask": {0: "batch", 1: "seq"}})
     assert graph.symbols == {"batch": (1, 2 ** 31 - 1), "seq": (2, 64)}
     assert [i["shape"] for i in graph.inputs] == [["batch", "seq", 32], ["batch", "seq"]]
     with torch.no_grad():

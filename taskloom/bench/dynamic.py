@@ -39,7 +39,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from taskloom.bench.timing import machine, time_block, versions, write_json
+from taskloom.bench.peers import first_output
+from taskloom.bench.timing import machine, time_rounds, versions, write_json
 from taskloom.bench.zoo import SEQUENCE_MODELS, build, inputs
 
 PEERS = ("static", "torch", "inductor", "ort")
@@ -55,17 +56,12 @@ class System:
         self.first_calls: list[float] = []
 
 
-def _output(out: Any) -> np.ndarray:
-    first = out[0] if isinstance(out, (tuple, list)) else out
-    return first.numpy() if hasattr(first, "numpy") else np.asarray(first)
-
-
 def _runner(fn: Callable[[Any], Any], x: Any) -> Callable[[], np.ndarray]:
     import torch
 
     def run() -> np.ndarray:
         with torch.inference_mode():
-            return _output(fn(x))
+            return first_output(fn(x))
     return run
 
 
@@ -194,11 +190,13 @@ def _time_shape(model: Any, systems: list[System], x: Any, batch: int, seq: int,
         out = _runner(system.fn, x)()
         system.first_calls.append(time.perf_counter() - t0)
         row["max_abs_diff"][system.name] = float(np.abs(out - reference).max())
-    runs: dict[str, list[float]] = {system.name: [] for system in systems}
-    for r in range(rounds):
-        for system in systems[r % len(systems):] + systems[:r % len(systems)]:
-            runs[system.name] += time_block(_runner(system.fn, x), repeats=max(1, repeats // rounds), warmup=1)
-    row["ms"] = {k: statistics.median(v) for k, v in runs.items()}
+    runs = time_rounds({system.name: _runner(system.fn, x) for system in systems},
+                       repeats=max(1, repeats // rounds), rounds=rounds, warmup=1)
+    for times in runs.values():
+        if isinstance(times, Exception):
+            raise times
+    row["ms"] = {name: statistics.median(t for block in blocks for t in block)  # type: ignore[union-attr]
+                 for name, blocks in runs.items()}
     print(_line(row, [t.name for t in systems]), flush=True)
     return row
 

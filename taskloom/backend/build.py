@@ -11,8 +11,8 @@ from typing import Any, Callable, Sequence
 from taskloom.backend.cache import BuildCache
 from taskloom.backend.codegen_c import c_symbol
 from taskloom.backend.codegen_cuda import codegen_cuda
-from taskloom.backend.codegen_x86 import codegen_x86
-from taskloom.backend.compiler import compile_shared_library, parallel_flags
+from taskloom.backend.codegen_x86 import codegen_x86_pieces
+from taskloom.backend.compiler import compile_shared_library
 from taskloom.backend.nvcc import KernelResources, compile_cuda_library
 from taskloom.errors import CodegenError, LoadError, TaskloomError
 from taskloom.ir import expr as E
@@ -86,12 +86,12 @@ def build_library(functions: S.Function | S.Module | Sequence[S.Function], targe
     started = time.perf_counter()
     sigs = _signatures(fns)
     module = S.Module(tuple(transforms.lower(f) for f in fns))
-    source = codegen_x86(module, tgt) + extra_source
+    pieces = codegen_x86_pieces(module, tgt) + ([extra_source.strip("\n")] if extra_source else [])
     generated = time.perf_counter()
 
     def compile_() -> Path:
-        return compile_shared_library(source, tgt, name=name or fns[0].name, cache=cache,
-                                      extra_flags=parallel_flags(len(fns)), meta={"signatures": sigs})
+        return compile_shared_library(pieces, tgt, name=name or fns[0].name, cache=cache,
+                                      meta={"signatures": sigs})
     lib = _loadable(compile_, cache) if load_check else compile_()
     if timings is not None:
         timings["codegen"] = generated - started

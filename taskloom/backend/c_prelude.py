@@ -5,6 +5,27 @@ vector reductions) and the vector math of
 
 from taskloom.backend.c_vector_math import VECTOR_MATH
 
+#: The scratch blocks' state, defined once in a library: a library built as several
+#: translation units (:mod:`taskloom.backend.c_units`) shares it, hidden from other libraries.
+SCRATCH_STATE = r"""#define TL_HIDDEN __attribute__((visibility("hidden")))
+TL_HIDDEN __thread tl_scratch_t tl_scratch;
+TL_HIDDEN pthread_key_t tl_scratch_key;
+TL_HIDDEN pthread_once_t tl_scratch_once = PTHREAD_ONCE_INIT;
+TL_HIDDEN int tl_scratch_keyed;
+__attribute__((destructor)) static void tl_scratch_unload(void) {
+  /* a thread that ends after the library is gone must not call into it */
+  if (tl_scratch_keyed) pthread_key_delete(tl_scratch_key);
+}
+"""
+
+#: What the library's other translation units declare in place of :data:`SCRATCH_STATE`.
+SCRATCH_STATE_DECLARED = r"""#define TL_HIDDEN __attribute__((visibility("hidden")))
+extern TL_HIDDEN __thread tl_scratch_t tl_scratch;
+extern TL_HIDDEN pthread_key_t tl_scratch_key;
+extern TL_HIDDEN pthread_once_t tl_scratch_once;
+extern TL_HIDDEN int tl_scratch_keyed;
+"""
+
 PRELUDE = r"""
 #include <stdint.h>
 #include <stdbool.h>
@@ -22,16 +43,8 @@ PRELUDE = r"""
    and the block grows to hold them all on the next call. A thread's block is freed when
    the thread ends. */
 typedef struct { char* base; size_t size, used, want, spilled; } tl_scratch_t;
-static __thread tl_scratch_t tl_scratch;
-static pthread_key_t tl_scratch_key;
-static pthread_once_t tl_scratch_once = PTHREAD_ONCE_INIT;
-static int tl_scratch_keyed;
-static void tl_scratch_release(void* s) { free(((tl_scratch_t*)s)->base); }
+""" + SCRATCH_STATE + r"""static void tl_scratch_release(void* s) { free(((tl_scratch_t*)s)->base); }
 static void tl_scratch_make_key(void) { tl_scratch_keyed = pthread_key_create(&tl_scratch_key, tl_scratch_release) == 0; }
-__attribute__((destructor)) static void tl_scratch_unload(void) {
-  /* a thread that ends after the library is gone must not call into it */
-  if (tl_scratch_keyed) pthread_key_delete(tl_scratch_key);
-}
 __attribute__((malloc, assume_aligned(64), alloc_size(1)))
 static inline void* tl_scratch_take(size_t bytes) {
   tl_scratch_t* s = &tl_scratch;

@@ -100,15 +100,15 @@ def compile_cuda_library(source: str, target: CudaTarget, *, name: str = "module
         return entry.lib_path, {k: KernelResources(**v) for k, v in entry.meta.get("resources", {}).items()}
     command = nvcc_command()
 
-    def argv(src: Path, lib: Path) -> list[str]:
-        return [*command, *flags, "-o", str(lib), str(src)]
+    def steps(src: Path, lib: Path) -> list[list[list[str]]]:
+        return [[[*command, *flags, "-o", str(lib), str(src)]]]
     info = {"flags": flags, "compiler": nvcc_version(), "target": target.key(), **(meta or {})}
     found: dict[str, KernelResources] = {}
 
     def describe(output: str) -> dict[str, Any]:
         found.update(parse_ptxas_report(output))
         return {"resources": {k: asdict(v) for k, v in found.items()}}
-    lib = build_cached(cache, key, name, source, "source.cu", argv, info, timeout, _MISSING, describe)
+    lib = build_cached(cache, key, name, source, "source.cu", steps, info, timeout, _MISSING, describe)
     return lib, found
 
 

@@ -11,6 +11,7 @@ reduction, anchor, opaque -- is read off its definition (:func:`classify`), neve
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 from dataclasses import dataclass
@@ -244,6 +245,7 @@ def index_bounds(names: Sequence[E.Var], shape: Sequence[Any], other: Sequence[A
     return bounds
 
 
+@functools.lru_cache(maxsize=4096)  # (fusion asks per layer of a deep model; tasks compare by structure)
 def inverse_map(task: Task, inp: TensorInput) -> tuple[tuple[E.Var, ...], tuple[E.Expr, ...]] | None:
     """For a task bijective in ``inp``: variables naming an element of ``inp`` and the index of
     the output element it feeds. None when the task is not bijective in ``inp``.
@@ -280,6 +282,7 @@ def inverse_map(task: Task, inp: TensorInput) -> tuple[tuple[E.Var, ...], tuple[
     return tuple(names), tuple(simplify_expr(E.as_expr(i), in_bounds) for i in unravel(row_major_offset(names, in_shape), out_shape))
 
 
+@functools.lru_cache(maxsize=4096)
 def preserves_order(task: Task, inp: TensorInput) -> bool:
     """Whether ``task`` is bijective in ``inp`` and keeps the row-major order of its elements
     (elementwise operators, reshapes; not transposes). Such an epilogue leaves a fused anchor

@@ -26,6 +26,7 @@ operator says so (the sum taken as at least 1, which every other query's is).
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -340,6 +341,11 @@ def serves(att: Attention) -> bool:
 
 def attention_kernel(att: Attention, config: AttentionConfig, target: CpuTarget, name: str) -> S.Function:
     """The kernel of ``att`` for ``target``: the task's inputs, then its output, each flat."""
+    return _kernel(att, config, target).renamed(name)
+
+
+@functools.lru_cache(maxsize=256)  # (a deep model asks once per layer; attentions compare by structure)
+def _kernel(att: Attention, config: AttentionConfig, target: CpuTarget, name: str = "attention") -> S.Function:
     if not serves(att):
         raise ScheduleError(f"{att.task.name}: the CPU attention template takes float32 q, k and v")
     # built over stand-ins first, so the tensors' names can keep clear of the kernel's own

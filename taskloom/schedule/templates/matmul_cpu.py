@@ -235,7 +235,11 @@ class _Plan:
 
     @property
     def M_EDGES(self) -> tuple[bool, ...]:
-        return (False, True) if not isinstance(self.M, int) or self.M % self.MR else (False,)
+        if not isinstance(self.M, int):
+            # the tile at a symbolic M's last rows is a full one; packed A already repeats row
+            # M - 1 past M, so only A read in place needs a kind of its own, its reads clamped
+            return (False,) if self.PACK_A else (False, True)
+        return (False, True) if self.M % self.MR else (False,)
 
     @property
     def N_EDGES(self) -> tuple[bool, ...]:

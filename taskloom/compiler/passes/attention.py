@@ -17,7 +17,10 @@ softmax, ``where(all(x == -inf), 0, softmax(x))`` or, exported to ONNX,
 ``where(isnan(p), 0, p)`` (a query whose every key is masked gets zeros: the node's
 ``masked_rows="zero"``; a plain softmax gives NaN there, ``"nan"``), and
 its causal mask, a constant that is -inf above the diagonal and 0 elsewhere (the node's
-``causal=True``, so a template skips the masked blocks instead of reading the mask).
+``causal=True``, so a template skips the masked blocks instead of reading the mask). With a
+symbolic sequence length the mask is computed from the length (positions compared, as
+transformers builds it); it is read as causal when its closed form
+(:mod:`taskloom.graph.closed_form`) is that test, for every length.
 """
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ import numpy as np
 from taskloom import ops
 from taskloom.compiler.passes.dead_nodes import eliminate_dead_nodes
 from taskloom.compiler.passes.rewrite import Rewrite, rewrite
+from taskloom.graph.closed_form import closed_form
 from taskloom.graph.graph import Graph, Node
 from taskloom.graph.tensor import Tensor
 from taskloom.ir import expr as E
@@ -202,20 +206,29 @@ def _all_minus_inf(cond: Tensor, x: Tensor) -> Node | None:
     return equal if outer % 2 == 1 and inner % 2 == 1 else None
 
 
-def _causal(mask: Tensor, scale: float, shape: tuple) -> bool:
-    """Whether ``mask * scale`` broadcast to ``shape`` (..., L, S) is a constant causal mask:
-    -inf (or float32's lowest, which ``exp`` takes to 0 as well) for ``j > i``, 0 elsewhere."""
-    if not mask.is_concrete or scale <= 0 or mask.ndim < 2:
+def _causal(mask: Tensor, scale: float, shape: tuple, forms: dict) -> bool:
+    """Whether ``mask * scale`` broadcast to ``shape`` (..., L, S) is a causal mask: -inf (or
+    float32's lowest, which ``exp`` takes to 0 as well) for ``j > i``, 0 elsewhere; a
+    constant, or computed from the symbols alone (read from its :func:`closed_form`)."""
+    if scale <= 0 or mask.ndim < 2 or not all(_same_size((d,), (s,)) for d, s in zip(mask.shape[-2:], shape[-2:])):
         return False
-    L, S = shape[-2:]
+    lowest = np.finfo(np.float32).min
+    if not mask.is_concrete:
+        form = closed_form(mask, forms) if mask.dtype.is_float() else None
+        if form is None:
+            return False
+        (*_, i, j), value = form
+        return isinstance(value, E.Select) and value.cond == E.Binary("le", j, i) \
+            and E.is_const(value.a, 0) and isinstance(value.b, E.Constant) and value.b.value <= lowest
     m = mask.numpy()
-    if m.shape[-2:] != (L, S) or m.dtype.kind != "f":
-        return False
+    L, S = m.shape[-2:]
     above = np.triu(np.ones((L, S), bool), 1)
-    return bool(np.all(m[..., ~above] == 0) and np.all(m[..., above] <= np.finfo(np.float32).min))
+    return bool(np.all(m[..., ~above] == 0) and np.all(m[..., above] <= lowest))
 
 
 def _rule(target: Target):
+    forms: dict = {}  # the closed forms of the graph's tensors, as masks ask for them
+
     def rule(node: Node, inputs: list[Tensor], ctx: Rewrite) -> list[Tensor] | None:
         if node.op not in _MATMULS:
             return None
@@ -226,14 +239,14 @@ def _rule(target: Target):
         scores = _scores(probs, ctx)  # type: ignore[arg-type]
         if scores is None:
             return None
-        out = _attention(scores, node, ctx, "zero" if probs.masked_zero else "nan")  # type: ignore[union-attr]
+        out = _attention(scores, node, ctx, "zero" if probs.masked_zero else "nan", forms)  # type: ignore[union-attr]
         if out is None or find_candidate(_producer(out).task, target) is None:  # type: ignore[union-attr]
             return None
         return [ops.reshape(out, tuple(node.outputs[0].shape))]
     return rule
 
 
-def _attention(scores: _Scores, second: Node, ctx: Rewrite, masked_rows: str) -> Tensor | None:
+def _attention(scores: _Scores, second: Node, ctx: Rewrite, masked_rows: str, forms: dict) -> Tensor | None:
     """The attention node standing for the chain, in the first matmul's batch axes."""
     q, kt, ta, tb = _operands(scores.product)
     q, kt = ctx.new(q), ctx.new(kt)
@@ -249,7 +262,7 @@ def _attention(scores: _Scores, second: Node, ctx: Rewrite, masked_rows: str) ->
         return None
     v = ops.reshape(v, (*space[:-2], *v.shape[-2:]))
     mask, causal = None, False
-    if scores.mask is not None and _causal(scores.mask, scores.mask_scale, scores.mask_shape):
+    if scores.mask is not None and _causal(scores.mask, scores.mask_scale, scores.mask_shape, forms):
         causal = True
     elif scores.mask is not None:
         mask = ops.broadcast_to(ctx.new(scores.mask), scores.mask_shape)

@@ -125,3 +125,35 @@ def test_other_tests_and_masks_are_not_read_as_torchs():
     after = fuse_attention(optimize(Graph([q, k, v], [out])), CpuTarget.host())
     [node] = [n for n in after.nodes if n.op == "attention"]
     assert node.task.attr("causal") is False and node.task.attr("masked_rows") == "nan" and len(node.inputs) == 4
+
+
+def symbolic_sdpa(mask_of) -> Graph:
+    """Attention over a symbolic batch and sequence, the mask added to the scores built from
+    the sequence length by ``mask_of(batch, seq)`` (a (batch, seq, seq) float tensor)."""
+    from taskloom.graph.tensor import Tensor, symbol
+    from taskloom.ir.dtypes import float32
+    batch, seq = symbol("batch"), symbol("seq")
+    q, k, v = (Tensor((batch, H, seq, D), float32, name=n) for n in "qkv")
+    s = ops.batch_matmul(ops.reshape(q, (batch * H, seq, D)), ops.transpose(ops.reshape(k, (batch * H, seq, D)), 1, 2))
+    s = ops.add(ops.reshape(s, (batch, H, seq, seq)), ops.unsqueeze(mask_of(batch, seq), 1))
+    p = ops.reshape(ops.softmax(s, axis=-1), (batch * H, seq, seq))
+    return Graph([q, k, v], [ops.reshape(ops.batch_matmul(p, ops.reshape(v, (batch * H, seq, D))), (batch, H, seq, D))])
+
+
+def test_a_mask_built_from_the_length_is_read_as_causal():
+    from tests.graph.test_closed_form import causal_mask
+
+    def strict(batch, seq):  # the key strictly before the query: not the causal test
+        pos = ops.arange(seq)
+        return ops.broadcast_to(ops.where(ops.less(ops.unsqueeze(pos, 0), ops.unsqueeze(pos, 1)), np.float32(0),
+                                          np.float32(-np.inf)), (batch, seq, seq))
+    [node] = [n for n in fuse_attention(optimize(symbolic_sdpa(causal_mask)), CpuTarget.host()).nodes
+              if n.op == "attention"]
+    assert node.task.attr("causal") is True and len(node.inputs) == 3  # no mask read
+    [node] = [n for n in fuse_attention(optimize(symbolic_sdpa(strict)), CpuTarget.host()).nodes if n.op == "attention"]
+    assert node.task.attr("causal") is False and len(node.inputs) == 4
+    fused = taskloom.compile(symbolic_sdpa(causal_mask), dynamic={"batch": (1, 4), "seq": (1, 64)})
+    chain = taskloom.compile(symbolic_sdpa(causal_mask), dynamic={"batch": (1, 4), "seq": (1, 64)}, optimize=False)
+    for b, n in ((1, 1), (2, 19)):
+        feeds = [rng.standard_normal((b, H, n, D)).astype("float32") for _ in range(3)]
+        np.testing.assert_allclose(fused(*feeds), chain(*feeds), rtol=1e-5, atol=1e-5)

@@ -51,7 +51,7 @@ from taskloom.frontend.torch_aten import REGISTRY, register
 from taskloom.frontend.torch_convert import Conversion, convert
 from taskloom.frontend.torch_fallback import Fallback, SplitGraph, split, summary
 from taskloom.frontend.torch_lower import lower_to_aten
-from taskloom.frontend.torch_symbolic import (fake_inputs, graph_is_symbolic, inline_scalar_reads,
+from taskloom.frontend.torch_symbolic import (fake_inputs, fixed_symbols, graph_is_symbolic, inline_scalar_reads,
                                               MAX_SIZE, ranges as symbol_ranges, ranges_of, symbol_names)
 
 __all__ = ["Backend", "CompiledFunction", "Fallback", "FallbackWarning", "Options", "PerShapeWarning", "REGISTRY",
@@ -258,7 +258,8 @@ class CompiledFunction:
         # compiled graph serves every size its guards let through
         self.symbolic = graph_is_symbolic(gm)
         fakes = fake_inputs(gm) if self.symbolic else []
-        self._symbol_names = symbol_names([fakes[k] for k in self._inputs_at], dims) if fakes and dims else {}
+        self._symbol_names = {**fixed_symbols(fakes), **(symbol_names([fakes[k] for k in self._inputs_at], dims)
+                                                           if fakes and dims else {})}
         self._ranges = symbol_ranges(fakes, self._symbol_names) if self.symbolic else {}
         # Python floats dynamo passes as new tensors each call (with dynamic shapes): the
         # program inlines their values, so they key it by value
@@ -408,15 +409,20 @@ def unwrap_error(error: BaseException) -> BaseException:
     return inner
 
 
-def _raising_taskloom_errors(fn: Callable) -> Callable:
+def _raising_taskloom_errors(fn: Callable, size_oblivious: bool = False) -> Callable:
     """``fn`` (a function torch.compile made) raising taskloom errors out of dynamo's
-    ``BackendCompilerFailed``."""
+    ``BackendCompilerFailed``; with ``size_oblivious``, traced (whenever dynamo traces) with a
+    size of 1 as symbolic as any other, where the model's code does not branch on it: one
+    graph serves a batch of 1 and of 8, where dynamo would otherwise specialize on the 1."""
     from torch._dynamo.exc import BackendCompilerFailed
+    oblivious = torch.fx.experimental._config.patch(backed_size_oblivious=True) if size_oblivious \
+        else contextlib.nullcontext()
 
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args, **kwargs)
+            with oblivious:
+                return fn(*args, **kwargs)
         except BackendCompilerFailed as e:
             inner = unwrap_error(e)
             if inner is e:
@@ -662,9 +668,9 @@ def compile(model: Any, *, target: Any = None, tune: int = 0, fallback: bool = T
     compiled = torch.compile(model, backend=backend, dynamic=dynamic, fullgraph=fullgraph)
     # taskloom's errors come out as themselves, not wrapped in dynamo's BackendCompilerFailed
     if isinstance(compiled, torch.nn.Module):  # dynamo's OptimizedModule: its forward is the compiled call
-        compiled.forward = _raising_taskloom_errors(compiled.forward)
+        compiled.forward = _raising_taskloom_errors(compiled.forward, dynamic is True)
     else:
-        compiled = _raising_taskloom_errors(compiled)
+        compiled = _raising_taskloom_errors(compiled, dynamic is True)
     # what fallbacks() reads; on the wrapper itself (dynamo's OptimizedModule hands attribute
     # writes to the model, which another compile of the same model would overwrite)
     compiled.__dict__["taskloom_backend"] = backend

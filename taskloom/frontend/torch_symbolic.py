@@ -80,25 +80,36 @@ def inline_scalar_reads(gm: torch.fx.GraphModule, args: Sequence[Any], positions
     gm.recompile()
 
 
-def to_expr(value: Any, names: Mapping[str, str] | None = None) -> Any:
+def to_expr(value: Any, names: Mapping[str, str | int] | None = None) -> Any:
     """A SymInt (or int) as a taskloom size: an int, or an expression of the symbols, each
-    named as ``names`` says (dynamo's own name, ``s77``, otherwise)."""
+    named as ``names`` says (dynamo's own name, ``s77``, otherwise; an int for a symbol a
+    guard fixed, :func:`fixed_symbols`)."""
     if isinstance(value, torch.SymInt):
-        return _sympy(value.node.expr, names or {})
+        return _sympy(value.node.shape_env.replace(value.node.expr), names or {})
     return value
 
 
-def _sympy(e: Any, names: Mapping[str, str]) -> Any:
+#: The size functions of dynamo's expressions on ints (sizes: never negative).
+_ON_INTS = {"Min": min, "Max": max, "FloorDiv": lambda a, b: a // b, "Mod": lambda a, b: a % b,
+            "PythonMod": lambda a, b: a % b, "CeilDiv": lambda a, b: -(-a // b), "CleanDiv": lambda a, b: a // b}
+
+
+def _sympy(e: Any, names: Mapping[str, str | int]) -> Any:
     if e.is_Integer:
         return int(e)
     if e.is_Symbol:
-        return E.var(names.get(str(e), str(e)))
+        name = names.get(str(e), str(e))
+        return name if isinstance(name, int) else E.var(name)
     args = [_sympy(a, names) for a in e.args]
     if isinstance(e, sympy.Add):
         return _fold(args, lambda a, b: a + b)
     if isinstance(e, sympy.Mul):
         return _fold(args, lambda a, b: a * b)
     name = type(e).__name__
+    if all(isinstance(a, int) for a in args) and name in _ON_INTS:  # (a symbol fixed to a value)
+        return _ON_INTS[name](*args)
+    if name in ("Min", "Max"):  # (sympy's, or torch's own of the same names)
+        return _fold(args, E.minimum if name == "Min" else E.maximum)
     if name == "FloorDiv":
         return E.as_expr(args[0]) // args[1]
     if name in ("Mod", "PythonMod"):
@@ -133,22 +144,42 @@ def ranges(fakes: Sequence[Any], names: Mapping[str, str] | None = None) -> dict
     """Each symbol's range from the shape environment of ``fakes`` (dynamo's guards: 2 and up
     for a dimension it did not specialize), capped at :data:`MAX_SIZE`; symbols are named as
     ``names`` says, and a name two symbols share gets both ranges' intersection."""
-    env = None
-    for v in fakes:
-        if isinstance(v, torch.Tensor) and getattr(v, "fake_mode", None) is not None:
-            env = v.fake_mode.shape_env
-            break
-        if isinstance(v, torch.SymInt):
-            env = v.node.shape_env
-            break
+    env = _shape_env(fakes)
     if env is None:
         return {}
     out: dict[str, tuple[int, int]] = {}
     for symbol, r in env.var_to_range.items():
         name = (names or {}).get(str(symbol), str(symbol))
+        if isinstance(name, int):
+            continue  # fixed by a guard (fixed_symbols)
         low, high = out.get(name, (0, MAX_SIZE))
         out[name] = (max(_bound(r.lower, 0), low), min(_bound(r.upper, MAX_SIZE), high))
     return out
+
+
+def fixed_symbols(fakes: Sequence[Any]) -> dict[str, int]:
+    """The symbols of ``fakes`` a guard of dynamo's fixed to one value (``Eq(s72, 1)``: the
+    model's code branched on a batch of 1, and the graph's views were traced with that 1),
+    with their values: the graph is one for that value only, and converts as such."""
+    env = _shape_env(fakes)
+    out: dict[str, int] = {}
+    for guard in env.guards if env is not None else ():
+        e = guard.expr
+        if isinstance(e, sympy.Eq):
+            a, b = e.args
+            symbol, value = (a, b) if a.is_Symbol else (b, a)
+            if symbol.is_Symbol and value.is_Integer:
+                out[str(symbol)] = int(value)
+    return out
+
+
+def _shape_env(fakes: Sequence[Any]) -> Any:
+    for v in fakes:
+        if isinstance(v, torch.Tensor) and getattr(v, "fake_mode", None) is not None:
+            return v.fake_mode.shape_env
+        if isinstance(v, torch.SymInt):
+            return v.node.shape_env
+    return None
 
 
 def _bound(value: Any, infinite: int) -> int:

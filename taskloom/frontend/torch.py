@@ -415,13 +415,16 @@ def _raising_taskloom_errors(fn: Callable, size_oblivious: bool = False) -> Call
     size of 1 as symbolic as any other, where the model's code does not branch on it: one
     graph serves a batch of 1 and of 8, where dynamo would otherwise specialize on the 1."""
     from torch._dynamo.exc import BackendCompilerFailed
-    oblivious = torch.fx.experimental._config.patch(backed_size_oblivious=True) if size_oblivious \
-        else contextlib.nullcontext()
+    # (and a float the model holds, an epsilon or a scale, is a constant rather than a tensor
+    # made on every call: taskloom inlines such a value anyway)
+    sizes, floats = ((torch.fx.experimental._config.patch(backed_size_oblivious=True),
+                      torch._dynamo.config.patch(specialize_float=True)) if size_oblivious
+                     else (contextlib.nullcontext(), contextlib.nullcontext()))
 
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
         try:
-            with oblivious:
+            with sizes, floats:
                 return fn(*args, **kwargs)
         except BackendCompilerFailed as e:
             inner = unwrap_error(e)

@@ -222,3 +222,18 @@ def test_a_symbol_a_guard_fixed_reads_as_its_value():
     assert _sympy(FloorDiv(12, s), {"s70": 1}) == 12
     assert _sympy(FloorDiv(12 * s, 4) + 1, {"s70": 2}) == 7
     assert not isinstance(_sympy(sympy.Min(512, s), {}), int)
+
+
+def test_module_floats_through_torch_compile_itself():
+    """Through ``torch.compile(backend=Backend(), dynamic=True)`` dynamo passes a module's
+    float (the epsilon) as a tensor each call; taskloom inlines its value, one program for
+    every shape. (``taskloom.torch.compile`` has dynamo keep such floats as constants.)"""
+    torch.manual_seed(0)
+    model, backend = Attention().eval(), tt.Backend(fallback=False)
+    compiled = torch.compile(model, backend=backend, dynamic=True)
+    with torch.no_grad():
+        for b, t in [(2, 5), (3, 9), (4, 17)]:
+            x, mask = torch.randn(b, t, 32), torch.ones(b, t)
+            torch.testing.assert_close(compiled(x, mask), model(x, mask), rtol=1e-4, atol=1e-5)
+    assert [bool(fn._scalars_at) for fn in backend.compiled] == [True]
+    assert sum(len(fn._programs) for fn in backend.compiled) == 1

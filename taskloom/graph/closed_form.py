@@ -63,7 +63,7 @@ def _form(t: Tensor, memo: dict[int, Form | None]) -> Form | None:
         return None
     out = node.task.outputs[k]
     reads = {ti: f for ti, f in zip(node.task.inputs, inputs)}
-    value = _Instantiate(reads).visit(_erase(inline(out.value)))
+    value = _Instantiate(reads).visit(_fresh(_erase(inline(out.value))))
     own = [_erase(a) for a in out.axes]
     value = substitute(value, dict(zip(own, axes)))
     extents = {a: _erase(d) for a, d in zip(axes, out.shape)}
@@ -89,8 +89,9 @@ class _Instantiate(Rewriter):
 
 
 def _fresh(e: E.Expr) -> E.Expr:
-    """``e`` with each reduction's axes renamed apart, so that a form inlined into another
-    (a running sum of a running sum) never captures the indices it is read at."""
+    """``e`` with each reduction's axes renamed apart (``r0``, ``r1``...), so that a form
+    inlined into another (a running sum of a running sum) never captures the indices it is
+    read at, nor a reduction the output's axes (``i0``...)."""
     class Rename(Rewriter):
         def visit_ReduceCompute(self, r: ReduceCompute) -> E.Expr:
             axes = tuple(E.Var(f"r{next(_names)}", a.type) for a in r.axes)
@@ -132,7 +133,8 @@ def _bounds(extents: Mapping[E.Var, E.Expr]) -> Bounds:
 def simplify_cases(e: E.Expr, bounds: Bounds, extents: Mapping[E.Var, E.Expr] = {}, splits: int = MAX_SPLITS
                    ) -> E.Expr:
     """``e`` simplified under ``bounds`` (inclusive ranges) and ``extents`` (``v`` indexes a
-    dimension of that size): index checks that always pass dropped, sums of zero folded, and selects on one variable's bound split on (see the module)."""
+    dimension of that size): index checks that always pass dropped, sums of zero folded,
+    and selects on one variable's bound split on (see the module)."""
     pinned = {v: E.Constant(lo, v.type) for v, (lo, hi) in bounds.items() if lo is not None and lo == hi}
     e = simplify_expr(_Fold(bounds, extents, splits).visit(substitute(e, pinned) if pinned else e), bounds)
     if splits == 0:
@@ -158,7 +160,7 @@ class _Fold(Rewriter):
     def visit_IndexCheck(self, c: E.IndexCheck) -> E.Expr:
         c = self.generic_visit(c)
         value = simplify_expr(c.value, self.bounds)
-        lo, hi = self.bounds.get(value, (None, None)) if isinstance(value, E.Var) else (None, None)
+        lo = self.bounds.get(value, (None, None))[0] if isinstance(value, E.Var) else None
         if isinstance(value, E.Var) and lo is not None and lo >= 0 and self.extents.get(value) == c.extent:
             return value  # an index of a dimension of this extent: in range
         if isinstance(value, E.Constant) and isinstance(c.extent, E.Constant) \
@@ -175,13 +177,12 @@ class _Fold(Rewriter):
 
 
 def _split_point(e: E.Expr, bounds: Bounds) -> tuple[E.Select, E.Var, tuple[tuple, tuple]] | None:
-    """The first select in ``e`` (outside reductions) whose condition bounds one variable
-    by a constant, the variable, and its ranges where the condition holds and where not."""
+    """The first select in ``e`` whose condition bounds a variable of ``bounds`` by a
+    constant, the variable, and its ranges where the condition holds and where not."""
     for s in collect(e, E.Select):
         c = s.cond
         if not (isinstance(c, E.Binary) and c.op in ("lt", "le")):
             continue
-        lo, hi = (None, None)
         if isinstance(c.a, E.Var) and isinstance(c.b, E.Constant) and c.a in bounds:
             v, k = c.a, int(c.b.value) - (c.op == "lt")  # v <= k
             lo, hi = bounds[v]

@@ -60,13 +60,18 @@ def split_units(pieces: Sequence[str], count: int, source_name: str = "source.c"
     prelude, rest = pieces[0], list(pieces[1:])
     if prelude.count(SCRATCH_STATE) != 1:
         raise ValueError("the prelude does not define the scratch state once; cannot split the library")
-    first_line = [prelude.count("\n") + 1]  # each piece's first line in the joined source
-    for p in rest[:-1]:
-        first_line.append(first_line[-1] + p.count("\n") + PIECE_SEPARATOR.count("\n"))
-    first_line = [n + PIECE_SEPARATOR.count("\n") for n in first_line]
+    gap = PIECE_SEPARATOR.count("\n")
+    first_line, line = [], prelude.count("\n") + 1 + gap  # each piece's first line in the joined source
+    for p in rest:
+        first_line.append(line)
+        line += p.count("\n") + gap
+    costs = [_cost(p) for p in rest]
     shares: list[list[int]] = [[] for _ in range(count)]
-    for k in sorted(range(len(rest)), key=lambda k: -_cost(rest[k])):  # largest first, onto the lightest
-        min(shares, key=lambda s: sum(_cost(rest[j]) for j in s)).append(k)
+    loads = [0] * count
+    for k in sorted(range(len(rest)), key=lambda k: -costs[k]):  # largest first, onto the lightest
+        u = loads.index(min(loads))
+        shares[u].append(k)
+        loads[u] += costs[k]
     declarations = "\n".join(f"{d};" for p in rest for d in _DEFINITION.findall(p))
     units = []
     for u, share in enumerate(sorted(shares)):

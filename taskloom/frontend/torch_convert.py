@@ -205,9 +205,10 @@ class _Interpreter:
         if is_symbolic(val):
             t = Tensor(tuple(to_expr(d, self.symbol_names) for d in val.shape), dtype_of(value.dtype), name=name)
             for d in val.shape:
-                name = self.symbol_names.get(str(d.node.expr), str(d.node.expr)) if isinstance(d, torch.SymInt) else 0
-                if isinstance(name, str) and d.node.expr.is_Symbol:  # (an int: a value a guard fixed)
-                    self.hints[name] = int(d.node.hint)
+                if isinstance(d, torch.SymInt) and d.node.expr.is_Symbol:
+                    symbol = self.symbol_names.get(str(d.node.expr), str(d.node.expr))
+                    if isinstance(symbol, str):  # (an int: a value a guard fixed)
+                        self.hints[symbol] = int(d.node.hint)
         else:
             t = graph_input(tuple(value.shape), dtype_of(value.dtype), name=name)
         self.inputs.append(t)

@@ -74,6 +74,8 @@ class _CudaKernelCodegen(CFamilyCodegen):
             self.emit(d, "__syncthreads();")
         elif isinstance(s, gpu.AtomicAdd):
             self.emit(d, f"atomicAdd(&{self.expr(s.ref)}, {self.expr(s.value)});")
+        elif isinstance(s, gpu.VectorCopy):
+            self.emit(d, f"tl_copy<{s.nbytes}>(&{self.expr(s.dst)}, &{self.expr(s.src)});")
         elif isinstance(s, gpu.CpAsync):
             src_bytes = s.nbytes if s.src_bytes is None else self.expr(s.src_bytes)
             self.emit(d, f"tl_cp_async<{s.nbytes}>(&{self.expr(s.dst)}, &{self.expr(s.src)}, {src_bytes});")
@@ -111,7 +113,7 @@ class _CudaKernelCodegen(CFamilyCodegen):
             raise CodegenError(f"{self.where}: buffer '{s.var.name}' has the symbolic size {size!r}; "
                                "shared and register buffers need a static size")
         prefix = "__shared__ " if s.scope == "shared" else ""
-        align = " __align__(16)" if s.scope == "shared" else ""
+        align = " __align__(16)"  # a 16-byte access (cp.async, ldmatrix, copy_vector) may start at [0]
         self.emit(d, f"{prefix}{self.ctype(t.dtype, self.where)}{align} {c_name(s.var.name)}"
                      f"[{size.value}];  // {s.scope}")  # type: ignore[attr-defined]
 

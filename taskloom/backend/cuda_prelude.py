@@ -1,7 +1,7 @@
 """The helpers every generated CUDA file starts with: the scalar helpers the C-family
 renderer names (``tl_min_f32``, ``tl_bf16_to_f32``...), the status that run-time index
-checks report to (device and host sides), warp reductions, and the PTX of
-``cp.async``, ``ldmatrix`` and ``mma.sync`` (sm_80 and newer) as small inline functions."""
+checks report to (device and host sides), warp reductions, 16-byte copies, and the PTX
+of ``cp.async``, ``ldmatrix`` and ``mma.sync`` (sm_80 and newer) as small inline functions."""
 
 CUDA_PRELUDE = r"""#include <cstdint>
 #include <cuda_fp16.h>
@@ -75,6 +75,13 @@ template <typename T> TL_DEVICE T tl_warp_sum(T v) {
 template <typename T> TL_DEVICE T tl_warp_max(T v) {
   for (int m = 16; m > 0; m >>= 1) { T o = __shfl_xor_sync(0xffffffffu, v, m); v = o > v ? o : v; }
   return v;
+}
+
+// N bytes from src to dst as one access (one LDG.128 / STG.128 for 16); both aligned to N
+template <int N> TL_DEVICE void tl_copy(void* dst, const void* src) {
+  if (N == 16) *(uint4*)dst = *(const uint4*)src;
+  else if (N == 8) *(uint2*)dst = *(const uint2*)src;
+  else *(unsigned*)dst = *(const unsigned*)src;
 }
 
 // cp.async of N bytes from global to shared; bytes past src_bytes are filled with zeros

@@ -14,8 +14,8 @@ expressions of the parameters) and ``dynamic_shared`` its dynamic shared memory 
   ``warp_sum(v)`` and ``warp_max(v)`` reduce it over the warp.
 - Buffers declared in the ``shared`` scope are one per block, ``register`` one per thread;
   :class:`~taskloom.ir.stmt.Barrier` is ``__syncthreads()``.
-- The statements below: atomics on global memory, ``cp.async`` with commit and wait
-  groups, ``ldmatrix`` and ``mma.sync``. Their operands are element references
+- The statements below: atomics on global memory, wide (16-byte) copies, ``cp.async``
+  with commit and wait groups, ``ldmatrix`` and ``mma.sync``. Their operands are element references
   (``A[i, j]``), so flattening and fusion rewrite them as they rewrite loads and stores.
 
 The CUDA dialect of the backend prints all of these; the SIMT emulator executes them.
@@ -118,6 +118,28 @@ class AtomicAdd(S.Stmt):
 
 
 @dataclass(frozen=True, eq=False, repr=False)
+class VectorCopy(S.Stmt):
+    """One wide access: ``nbytes`` (4, 8 or 16) from ``src`` to ``dst``, consecutive
+    elements of each, as a single load and store (``ld.global.v4`` / ``st.global.v4`` for
+    16 bytes). Both addresses must be aligned to ``nbytes``; a warp of 16-byte copies
+    moves 512 bytes in one request where scalar accesses take four."""
+
+    dst: E.TensorElement
+    src: E.TensorElement
+    nbytes: int = 16
+
+    def __post_init__(self) -> None:
+        _element("copy_vector's destination", self.dst)
+        _element("copy_vector's source", self.src)
+        if self.nbytes not in (4, 8, 16):
+            raise IRError(f"copy_vector moves 4, 8 or 16 bytes, not {self.nbytes}")
+        if self.dst.type != self.src.type:
+            raise IRError(f"copy_vector from {self.src.type!r} elements into {self.dst.type!r} ones")
+        if self.nbytes % self.dst.type.nbytes:
+            raise IRError(f"copy_vector of {self.nbytes} bytes splits a {self.dst.type!r} element")
+
+
+@dataclass(frozen=True, eq=False, repr=False)
 class CpAsync(S.Stmt):
     """``cp.async``: copies ``nbytes`` (4, 8 or 16) from global ``src`` to shared ``dst``
     without passing through registers. With ``src_bytes`` (an expression), only that many
@@ -204,7 +226,7 @@ def written_tensors(body: S.Stmt) -> set[E.Expr]:
     """The tensors a body writes: by stores, and through the GPU statements' destinations."""
     from taskloom.ir.functor import collect
     found = {s.tensor for s in collect(body, (S.BufferStore, S.VectorStore))}  # type: ignore[attr-defined]
-    for s in collect(body, (AtomicAdd, CpAsync, Ldmatrix, MmaSync)):
+    for s in collect(body, (AtomicAdd, CpAsync, VectorCopy, Ldmatrix, MmaSync)):
         ref = s.ref if isinstance(s, AtomicAdd) else s.d if isinstance(s, MmaSync) else s.dst  # type: ignore[attr-defined]
         found.add(ref.tensor)
     return found
@@ -237,7 +259,7 @@ def shuffle(kind: str, value: Any, lane: Any) -> E.Call:
 
 #: Kernel script's GPU statements, by the name a kernel calls them with.
 STATEMENTS: dict[str, Any] = {
-    "atomic_add": AtomicAdd, "cp_async": CpAsync, "cp_async_commit": CpAsyncCommit,
+    "atomic_add": AtomicAdd, "copy_vector": VectorCopy, "cp_async": CpAsync, "cp_async_commit": CpAsyncCommit,
     "cp_async_wait": CpAsyncWait, "ldmatrix": Ldmatrix, "mma_sync": MmaSync,
 }
 #: Every GPU call kernel script builds here rather than as a plain primitive call.

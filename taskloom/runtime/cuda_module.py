@@ -25,6 +25,7 @@ from taskloom.backend.nvcc import check_resources
 from taskloom.errors import ArgumentError, TargetError
 from taskloom.ir import gpu
 from taskloom.ir import stmt as S
+from taskloom.ir.functor import collect
 from taskloom.runtime.signature import SCALAR_CTYPES, Param, parse_signature
 from taskloom.runtime.status import Status, raise_failure
 
@@ -40,6 +41,7 @@ class CudaKernel:
         self.name, self.params, self.symbol = sig.name, sig.params, signature["symbol"]
         self.checks = bool(signature.get("status"))  # it takes a status last, for its index checks
         self.last_report: Any = None  # the emulator's counters of the last call
+        self.alignment = wide_access_alignment(lowered)
 
     def __repr__(self) -> str:
         return f"<CudaKernel {self.name} on {self.module.device}>"
@@ -101,7 +103,7 @@ class CudaKernel:
         check_resources(self.name, self.module.built.resources[self.name], self.module.target, threads,
                         _evaluate(dynamic, env))
         function = self.module.launcher(self.symbol)
-        argv = [_device_pointer(self.name, p, v) if p.kind != "scalar" else _scalar(p, v)
+        argv = [_device_pointer(self.name, p, v, self.alignment.get(p.name, 1)) if p.kind != "scalar" else _scalar(p, v)
                 for p, v in zip(self.params, values)]
         stream = ctypes.c_void_p(_current_stream())
         status = [self.module.device_status()] if self.checks else []
@@ -191,16 +193,37 @@ def _evaluate(e: Any, env: Mapping[str, Any]) -> int:
     return int(value.value)
 
 
-def _device_pointer(kernel: str, p: Param, a: Any) -> ctypes.c_void_p:
+def wide_access_alignment(fn: S.Function) -> dict[str, int]:
+    """Per parameter, the widest access the kernel makes to it at once (``cp.async`` and
+    ``copy_vector`` move up to 16 bytes): its address must be a multiple of that."""
+    params = {p.name for p in fn.params}
+    out: dict[str, int] = {}
+    for s in collect(fn.body, (gpu.CpAsync, gpu.VectorCopy)):
+        for ref in (s.dst, s.src):  # type: ignore[attr-defined]
+            name = getattr(ref.tensor, "name", None)
+            if name in params:
+                out[name] = max(out.get(name, 1), s.nbytes)  # type: ignore[attr-defined]
+    return out
+
+
+def _device_pointer(kernel: str, p: Param, a: Any, alignment: int = 1) -> ctypes.c_void_p:
     interface = getattr(a, "__cuda_array_interface__", None)
     if interface is not None:
-        return ctypes.c_void_p(int(interface["data"][0]))
+        return _aligned(kernel, p, int(interface["data"][0]), alignment)
     if getattr(a, "is_cuda", False):
         if not a.is_contiguous():
             raise ArgumentError(f"kernel '{kernel}': argument '{p.name}' is not contiguous; pass x.contiguous()")
-        return ctypes.c_void_p(a.data_ptr())
+        return _aligned(kernel, p, a.data_ptr(), alignment)
     raise ArgumentError(f"kernel '{kernel}': argument '{p.name}' must be in GPU memory (a CUDA torch tensor or "
                         f"a CuPy array), got {type(a).__name__}; use device='emulator' for numpy arrays")
+
+
+def _aligned(kernel: str, p: Param, address: int, alignment: int) -> ctypes.c_void_p:
+    if address % alignment:
+        raise ArgumentError(f"kernel '{kernel}': argument '{p.name}' starts at an address that is not a multiple "
+                            f"of {alignment} bytes, and the kernel accesses it {alignment} bytes at a time; "
+                            "pass a copy (x.clone()) or a tensor that starts its own storage")
+    return ctypes.c_void_p(address)
 
 
 def _cuda_call(kernel: str, what: str, code: int) -> None:

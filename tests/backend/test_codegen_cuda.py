@@ -44,11 +44,17 @@ def test_the_reduction_reads_as_cuda():
 
 def test_tensor_core_statements_call_the_prelude():
     text = kernel_text(MMA)
-    assert "__half ra[8];  // register" in text and "float acc[4];  // register" in text
+    assert "__half __align__(16) ra[8];  // register" in text and "float __align__(16) acc[4];  // register" in text
     assert "tl_ldmatrix<4, false>(&ra[0], &sa[lane % 16 * 16 + lane / 16 * 8]);" in text
     assert "tl_ldmatrix<2, true>(&rb[0], &sb[lane % 16 * 8]);" in text
     assert "tl_mma_m16n8k16_f16(&acc[0], &ra[0], &rb[0], &acc[0]);" in text
     assert "#pragma unroll 8" in text and "GCC" not in text
+
+
+def test_a_wide_copy_is_one_access_of_its_bytes():
+    from tests.runtime.emulator.kernels import WIDE_SCALE
+    text = kernel_text(WIDE_SCALE)
+    assert "tl_copy<16>(&r[0], &x[i + offset]);" in text and "tl_copy<16>(&y[i], &r[0]);" in text
 
 
 @pytest.mark.parametrize("source, message", [

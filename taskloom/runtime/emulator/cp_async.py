@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from taskloom.runtime.emulator import checks, memory
+from taskloom.runtime.emulator import memory
 from taskloom.runtime.emulator.machine import Machine, Mask
 
 
@@ -39,12 +39,6 @@ def _state(st: Machine) -> AsyncCopies:
     return st.async_copies
 
 
-def _aligned(st: Machine, buf: memory.Buffer, idx: np.ndarray, nbytes: int, mask: Mask, what: str) -> None:
-    odd = mask.m & ((st.full(idx) * buf.dtype.nbytes) % nbytes != 0)
-    if odd.any():
-        raise checks.misaligned(st, buf, what, st.full(idx), odd, nbytes)
-
-
 def issue(st: Machine, dst: memory.Buffer, dst_idx: np.ndarray, src: memory.Buffer, src_idx: np.ndarray,
           nbytes: int, src_bytes: np.ndarray | None, mask: Mask) -> None:
     """``cp.async`` of ``nbytes`` by the active lanes; bytes past ``src_bytes`` are zeros."""
@@ -53,8 +47,8 @@ def issue(st: Machine, dst: memory.Buffer, dst_idx: np.ndarray, src: memory.Buff
     st.count("cp_async", mask)
     k = nbytes // dst.dtype.nbytes
     if st.check:
-        _aligned(st, dst, dst_idx, nbytes, mask, "copies (cp.async) into")
-        _aligned(st, src, src_idx, nbytes, mask, "copies (cp.async) from")
+        memory.check_aligned(st, dst, dst_idx, nbytes, mask, "copies (cp.async) into")
+        memory.check_aligned(st, src, src_idx, nbytes, mask, "copies (cp.async) from")
     ok = None if src_bytes is None else np.arange(k) < (st.full(src_bytes) // dst.dtype.nbytes)[:, None]
     data = memory.load(st, src, st.full(src_idx)[:, None] + np.arange(k), mask, ok, "copies (cp.async) from")
     didx = memory.checked(st, dst, st.full(dst_idx)[:, None] + np.arange(k), mask, None, "copies (cp.async) into")

@@ -228,6 +228,23 @@ class StmtCompiler(ExprCompiler):
             memory.atomic_add(st, lookup(st, name, self), fi(st, m)[:, None], v, m)
         return f
 
+    def s_VectorCopy(self, s: gpu.VectorCopy) -> Run:
+        dst, fd = self.ref(s.dst, "copy_vector's destination")
+        src, fs = self.ref(s.src, "copy_vector's source")
+        nbytes, lanes = s.nbytes, np.arange(s.nbytes // s.dst.type.nbytes)
+
+        def f(st: Machine, m: Mask) -> None:
+            d, r = lookup(st, dst, self), lookup(st, src, self)
+            di, si = fd(st, m), fs(st, m)
+            for buf, idx, kind, way in ((r, si, "load", "from"), (d, di, "store", "into")):
+                if st.check:
+                    memory.check_aligned(st, buf, idx, nbytes, m, f"copies {nbytes} bytes at once {way}")
+                if instruction_class(buf.scope, kind):
+                    st.count(instruction_class(buf.scope, kind), m)  # type: ignore[arg-type]
+            data = memory.load(st, r, st.full(si)[:, None] + lanes, m, None, "copies from")
+            memory.store(st, d, st.full(di)[:, None] + lanes, data, m, None, "copies into")
+        return f
+
     def s_CpAsync(self, s: gpu.CpAsync) -> Run:
         dst, fd = self.ref(s.dst, "cp_async's destination")
         src, fs = self.ref(s.src, "cp_async's source")

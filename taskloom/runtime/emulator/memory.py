@@ -60,6 +60,13 @@ def checked(st: Machine, buf: Buffer, idx: np.ndarray, mask: Mask, ok: np.ndarra
     return idx if ok is None else np.where(ok, idx, 0)
 
 
+def check_aligned(st: Machine, buf: Buffer, idx: np.ndarray, nbytes: int, mask: Mask, what: str) -> None:
+    """A wide access (``nbytes`` at once) must start on a multiple of ``nbytes``, as on the device."""
+    odd = mask.m & ((st.full(idx) * buf.dtype.nbytes) % nbytes != 0)
+    if odd.any():
+        raise checks.misaligned(st, buf, what, st.full(idx), odd, nbytes)
+
+
 def _touched(st: Machine, mask: Mask, k: int, ok: np.ndarray | None) -> np.ndarray | None:
     """Which (lane, element) pairs an access touches, lanes x ``k``; None for all of them."""
     if mask.all and ok is None:

@@ -5,6 +5,8 @@ The rules:
 - A row reduction (softmax, layer_norm, a sum over the last axes: reductions that depend
   only on the output's leading axes) gets a warp or a block per row
   (:mod:`taskloom.schedule.cuda.rows`).
+- An injective task whose output rows are whole 16-byte runs gets a thread per run, its
+  loads and stores 16 bytes wide (:mod:`taskloom.schedule.cuda.injective`).
 - Any other task gets one thread per element of the largest output, 256 threads a block,
   consecutive threads on consecutive elements (so a warp's loads and stores of a row-major
   tensor coalesce); a thread past the end does nothing, so any size works. Its reductions
@@ -27,6 +29,7 @@ from taskloom.ir.compute import GridCompute, ReduceCompute, Task, TensorInput
 from taskloom.ir.dtypes import DataType, index_type
 from taskloom.ir.functor import Rewriter, collect, substitute
 from taskloom.ir.index import prod, unravel
+from taskloom.schedule.cuda.injective import run_length, vector_kernel
 from taskloom.schedule.cuda.rows import BLOCK, WARP_ROW_MAX, _Row, row_axes
 from taskloom.target.cuda import CudaTarget
 from taskloom.transforms.names import NameGen
@@ -107,6 +110,11 @@ def schedule_task_cuda(task: Task, target: CudaTarget, name: str | None = None) 
         split = row_axes(_Inline({t: t for t in task.inputs}).visit(out.value), out.axes)
         if split is not None:
             return _rows_kernel(task, split, name)
+    run = run_length(task)
+    if run is not None:
+        names, params, tensors = _parameters(task)
+        out = tensors[task.outputs[0]]
+        return vector_kernel(task, params, out, names, _Inline(tensors).visit, run, name or task.name)
     return per_element_kernel(task, name)
 
 

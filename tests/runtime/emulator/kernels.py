@@ -144,3 +144,17 @@ A_ADDRESS_SWAPPED = ("lane // 16 * 8 + lane % 8", "lane // 8 % 2 * 8")
 def mma16(dtype: str = "f16", address: tuple[str, str] = A_ADDRESS) -> Function:
     src = MMA.replace("A_ROW", address[0]).replace("A_COL", address[1]).replace("T[", f"{dtype}[")
     return build(src.replace("(T,", f"({dtype},"))
+
+#: y = 2 x, four floats a thread moved by two 16-byte copies; ``offset`` shifts the load
+#: (a non-zero one is off the 16-byte grid).
+WIDE_SCALE = '''
+@kernel(kind='cuda_kernel', grid=('(N + 1023) // 1024', 1, 1), block=(256, 1, 1))
+def wide_scale(N: i32, x: f32[N], y: f32[N], offset: i32):
+    r = register_tensor(f32, [4])
+    i = (blockIdx.x * 256 + threadIdx.x) * 4
+    if i + 4 + offset <= N:
+        copy_vector(r[0], x[i + offset], 16)
+        for k in range(4):
+            r[k] = r[k] * 2.0
+        copy_vector(y[i], r[0], 16)
+'''

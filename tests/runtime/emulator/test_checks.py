@@ -11,7 +11,7 @@ from taskloom.ir import stmt as S
 from taskloom.ir.gpu import cuda_kernel
 from taskloom.runtime.emulator import DivergenceError, EmulatorError, OutOfBoundsError, RaceError, run_kernel
 from taskloom.script import parse_source
-from tests.runtime.emulator.kernels import SCALE, build
+from tests.runtime.emulator.kernels import SCALE, WIDE_SCALE, build
 
 UNGUARDED = '''
 @kernel(kind='cuda_kernel', grid=('(N + 255) // 256', 1, 1), block=(256, 1, 1))
@@ -32,6 +32,17 @@ def test_an_out_of_bounds_global_write():
     assert (err.kernel, err.buffer, err.index, err.thread, err.block) == ("scale", "y", 1000, (232, 0, 0), (3, 0, 0))
     assert str(err) == ("kernel 'scale': thread (232, 0, 0) of block (3, 0, 0) stores to global buffer 'y' at "
                         "index 1000, outside its 1000 elements")
+
+
+def test_a_wide_copy_off_its_grid_is_caught():
+    x, y = np.arange(64, dtype=np.float32), np.zeros(64, np.float32)
+    report = run_kernel(build(WIDE_SCALE), [64, x, y, 0])
+    np.testing.assert_array_equal(y, 2 * x)
+    c = report.counters  # 16 threads, one warp: one request each way, 256 bytes = 8 sectors
+    assert (c.global_load_requests, c.global_load_sectors, c.global_store_requests) == (1, 8, 1)
+    with pytest.raises(OutOfBoundsError, match=r"thread \(0, 0, 0\) of block \(0, 0, 0\) copies 16 bytes at "
+                       r"once from global buffer 'x' at index 1, an address not aligned to 16 bytes"):
+        run_kernel(build(WIDE_SCALE), [64, x, y, 1])
 
 
 def test_a_guarded_kernel_reads_nothing_out_of_bounds():

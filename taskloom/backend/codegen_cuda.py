@@ -87,9 +87,9 @@ class _CudaKernelCodegen(CFamilyCodegen):
             trans = "true" if s.trans else "false"
             self.emit(d, f"tl_ldmatrix<{s.num}, {trans}>(&{self.expr(s.dst)}, &{self.expr(s.src)});")
         elif isinstance(s, gpu.MmaSync):
-            kind = "bf16" if s.a.type.name == "bfloat16" else "f16"
+            kind = {"bfloat16": "bf16", "float16": "f16", "float32": "tf32"}[s.a.type.name]
             operands = ", ".join(f"&{self.expr(x)}" for x in (s.d, s.a, s.b, s.c))
-            self.emit(d, f"tl_mma_m16n8k16_{kind}({operands});")
+            self.emit(d, f"tl_mma_{s.shape}_{kind}({operands});")
         else:
             super().stmt(s, d)
 

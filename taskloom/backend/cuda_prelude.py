@@ -128,4 +128,13 @@ template <int NUM, bool TRANS> TL_DEVICE void tl_ldmatrix(void* dst, const void*
   }
 TL_MMA_M16N8K16(tl_mma_m16n8k16_f16, __half, "f16")
 TL_MMA_M16N8K16(tl_mma_m16n8k16_bf16, __nv_bfloat16, "bf16")
+// mma.sync m16n8k8 on tf32: float32 registers, of which the tensor cores read 10 bits of mantissa
+TL_DEVICE void tl_mma_m16n8k8_tf32(float* d, const float* a, const float* b, const float* c) {
+  const uint32_t* A = (const uint32_t*)a; const uint32_t* B = (const uint32_t*)b;
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+               "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};\n"
+               : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+               : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "r"(B[0]), "r"(B[1]),
+                 "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+}
 """

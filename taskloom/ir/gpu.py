@@ -186,7 +186,9 @@ class Ldmatrix(S.Stmt):
     of 16-bit elements from shared memory; lane ``l`` gives the address of row ``l % 8`` of
     matrix ``l // 8`` (``src`` is that row's first element), and receives two elements of
     each matrix into ``dst`` (``2 * num`` consecutive elements of a register buffer), as the
-    PTX ISA lays the fragments out."""
+    PTX ISA lays the fragments out. On float32 elements (tf32 fragments) a row is 4 of
+    them and each lane receives one of each matrix; ``.trans`` would split them, so it is
+    refused."""
 
     dst: E.TensorElement
     src: E.TensorElement
@@ -194,18 +196,28 @@ class Ldmatrix(S.Stmt):
     trans: bool = False
 
     def __post_init__(self) -> None:
-        _element("ldmatrix's destination", self.dst, (float16, bfloat16))
-        _element("ldmatrix's source", self.src, (float16, bfloat16))
+        _element("ldmatrix's destination", self.dst, (float16, bfloat16, float32))
+        _element("ldmatrix's source", self.src, (self.dst.type,))
         if self.num not in (1, 2, 4):
             raise IRError(f"ldmatrix loads 1, 2 or 4 matrices, not {self.num}")
+        if self.trans and self.dst.type == float32:
+            raise IRError("ldmatrix .trans moves 16-bit elements; it would split float32 ones")
+
+
+#: mma.sync shapes: (A, B) factor types, and the fragment elements a lane holds of A and B.
+MMA_SHAPES: dict[str, tuple[tuple[DataType, ...], int, int]] = {
+    "m16n8k16": ((float16, bfloat16), 8, 4),
+    "m16n8k8": ((float32,), 4, 2),  # tf32: float32 registers, read by the tensor cores as tf32
+}
 
 
 @dataclass(frozen=True, eq=False, repr=False)
 class MmaSync(S.Stmt):
-    """``mma.sync.aligned.m16n8k16.row.col.f32.{f16|bf16}...``: the warp computes
-    ``D = A B + C`` on a 16x16 A (row-major), a 16x8 B (column-major) and a 16x8 C/D of
-    fp32; each lane holds its fragments in register buffers: 8 elements of A from ``a``,
-    4 of B from ``b``, 4 of C from ``c``, 4 of D into ``d`` (``d`` may be ``c``)."""
+    """``mma.sync.aligned.{shape}.row.col.f32...``: the warp computes ``D = A B + C`` on a
+    16 x K A (row-major), a K x 8 B (column-major) and a 16x8 C/D of fp32; each lane holds
+    its fragments in register buffers: of A and B 8 and 4 elements for ``m16n8k16`` (float16
+    or bfloat16), 4 and 2 for ``m16n8k8`` (float32 registers that the tensor cores read as
+    tf32: 10 bits of mantissa), and 4 of C and of D (``d`` may be ``c``)."""
 
     d: E.TensorElement
     a: E.TensorElement
@@ -214,9 +226,9 @@ class MmaSync(S.Stmt):
     shape: str = "m16n8k16"
 
     def __post_init__(self) -> None:
-        if self.shape != "m16n8k16":
-            raise IRError(f"mma_sync supports m16n8k16, not {self.shape!r}")
-        _element("mma_sync's A fragment", self.a, (float16, bfloat16))
+        if self.shape not in MMA_SHAPES:
+            raise IRError(f"mma_sync supports {' and '.join(MMA_SHAPES)}, not {self.shape!r}")
+        _element("mma_sync's A fragment", self.a, MMA_SHAPES[self.shape][0])
         _element("mma_sync's B fragment", self.b, (self.a.type,))
         _element("mma_sync's C fragment", self.c, (float32,))
         _element("mma_sync's D fragment", self.d, (float32,))

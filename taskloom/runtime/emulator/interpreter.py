@@ -275,10 +275,11 @@ class StmtCompiler(ExprCompiler):
     def s_MmaSync(self, s: gpu.MmaSync) -> Run:
         refs = [self.ref(r, f"mma_sync's {w} fragment") for r, w in
                 ((s.d, "D"), (s.a, "A"), (s.b, "B"), (s.c, "C"))]
+        shape = s.shape
 
         def f(st: Machine, m: Mask) -> None:
             d, a, b, c = ((lookup(st, name, self), fi(st, m)) for name, fi in refs)
-            mma.mma_sync(st, d, a, b, c, m)
+            mma.mma_sync(st, d, a, b, c, m, shape)
         return f
 
 

@@ -91,3 +91,51 @@ def test_a_misaligned_ldmatrix_row_is_an_error():
     args = [np.zeros((2, 16, 16), np.float16), np.zeros((2, 8, 16), np.float16), np.zeros((2, 16, 8), np.float32)]
     with pytest.raises(OutOfBoundsError, match=r"'sbt' at index 1, an address not aligned to 16 bytes"):
         run_kernel(build(src), args)
+
+
+#: One m16n8k8 tf32 product: A (16 x 8) by ldmatrix.x4 from a [m][k] float32 tile, B by
+#: ldmatrix.x2 from its [n][k] tile (a row of 4 floats is a matrix row of 16 bytes).
+TF32 = '''
+@kernel(kind='cuda_kernel', grid=(1, 1, 1), block=(32, 1, 1))
+def mma_tf32(a: f32[16, 8], b: f32[8, 8], c: f32[16, 8]):
+    sa = shared_tensor(f32, [16, 8])
+    sbt = shared_tensor(f32, [8, 8])
+    ra = register_tensor(f32, [4])
+    rb = register_tensor(f32, [2])
+    acc = register_tensor(f32, [4])
+    lane = threadIdx.x
+    for i in range(4):
+        sa[lane // 2, lane % 2 * 4 + i] = a[lane // 2, lane % 2 * 4 + i]
+    for i in range(2):
+        sbt[lane // 4, lane % 4 * 2 + i] = b[lane % 4 * 2 + i, lane // 4]
+    for i in range(4):
+        acc[i] = c[lane // 4 + i // 2 * 8, lane % 4 * 2 + i % 2]
+    barrier()
+    ldmatrix(ra[0], sa[lane % 16, lane // 16 * 4])
+    ldmatrix(rb[0], sbt[lane % 8, lane // 8 % 2 * 4], num=2)
+    mma_sync(acc[0], ra[0], rb[0], acc[0], 'm16n8k8')
+    for i in range(4):
+        c[lane // 4 + i // 2 * 8, lane % 4 * 2 + i % 2] = acc[i]
+'''
+
+
+def test_tf32_multiplies_ten_bits_of_mantissa():
+    from taskloom.runtime.emulator.mma import tf32
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((16, 8)).astype(np.float32), rng.standard_normal((8, 8)).astype(np.float32)
+    c = rng.standard_normal((16, 8)).astype(np.float32)
+    want = tf32(a).astype(np.float64) @ tf32(b) + c
+    exact = a.astype(np.float64) @ b + c
+    out = c.copy()
+    report = run_kernel(build(TF32), [a, b, out])
+    np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6)
+    assert np.abs(out - exact).max() > 1e-5  # the low bits are gone: not a float32 product
+    assert report.instructions["mma"] == 1 and report.instructions["ldmatrix"] == 2
+    # rows 32 bytes apart, unswizzled: each of the 6 matrices' 8 rows take two wavefronts
+    assert report.shared_load_conflicts == 6
+
+
+def test_ldmatrix_cannot_transpose_float32():
+    from taskloom.errors import ScriptError
+    with pytest.raises(ScriptError, match=r"\.trans moves 16-bit elements"):
+        build(TF32.replace("num=2)", "num=2, trans=True)"))

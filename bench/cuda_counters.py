@@ -41,7 +41,8 @@ def cases() -> list[tuple[str, Graph]]:
     return [("softmax 64x768", Graph([x], [ops.softmax(x, axis=-1)])),
             ("layer_norm 64x768", Graph([x], [ops.layer_norm(x, (768,))])),
             ("sum of rows 8x4096", Graph([long], [ops.sum(long, axis=-1)])),
-            ("matmul+relu 256^3", Graph([a], [ops.relu(ops.matmul(a, w))]))]
+            ("matmul+relu 256^3", Graph([a], [ops.relu(ops.matmul(a, w))])),
+            ("bias+gelu 64x768", Graph([x], [ops.gelu(x + taskloom.asarray(rng.standard_normal(768).astype(np.float32)))]))]
 
 
 def measure(name: str, graph: Graph, target: CudaTarget, schedule: str) -> dict[str, Any]:
@@ -112,6 +113,30 @@ def template_loops(target: CudaTarget) -> list[dict[str, Any]]:
             rows.append({"template": fn.attr("template"), "config": str(config), "registers": used.registers,
                          "spills": used.spill_stores + used.spill_loads, "bank_conflicts": c.bank_conflicts,
                          **(main_loop(str(module.built.lib_path)) or {})})
+    return rows + tf32_loops(target)
+
+
+def tf32_loops(target: CudaTarget) -> list[dict[str, Any]]:
+    """The tensor-core template on float32 factors as tf32 (``-tf32`` targets), at the
+    model's pick for 4096^3, on the 256 x 2048 x 256 product with B laid [k][n] (its
+    fragments read by the lanes) and [n][k] (a linear layer's weight: ldmatrix)."""
+    import dataclasses
+    from taskloom.schedule.cuda import matmul_mma, mma_model
+    target = dataclasses.replace(target, tf32=True)
+    rows = []
+    for layout in ("[k][n]", "[n][k]"):
+        a, b = input((256, 2048), name="a"), input((2048, 256) if layout == "[k][n]" else (256, 2048), name="b")
+        [group] = fuse_graph(Graph([a, b], [ops.relu(ops.matmul(a, b if layout == "[k][n]" else ops.transpose(b, 0, 1)))]))
+        found = matmul_mma.mma_candidate(group.task, target)
+        config = mma_model.choose(dataclasses.replace(found.tunable, M=4096, N=4096, K=4096), target)
+        fn = found.build(config, "k").fn
+        module = taskloom.build(fn, target=target, device="emulator")
+        feeds = {id(t): rng.standard_normal(tuple(t.shape)).astype(np.float32) for t in (a, b)}
+        c = module["k"](*[feeds[id(t)] for t in group.inputs], np.zeros((256, 256), np.float32)).counters
+        used = module.built.resources["k"]
+        rows.append({"template": "matmul_mma tf32", "config": f"{config}, B {layout}", "registers": used.registers,
+                     "spills": used.spill_stores + used.spill_loads, "bank_conflicts": c.bank_conflicts,
+                     **(main_loop(str(module.built.lib_path)) or {})})
     return rows
 
 

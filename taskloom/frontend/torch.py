@@ -88,7 +88,8 @@ class Options:
     (a bound on each graph's tuning time: ``"2m"``, ``"90s"`` or seconds; None is none),
     ``layout`` (``"auto"``: convolutions in NHWC where that pays; ``"NCHW"``: as traced) and
     ``device`` for CUDA targets (``"cuda"``, the GPU; ``"emulator"``, the SIMT emulator on
-    CPU tensors). Without a target, CUDA inputs mean ``"cuda"``."""
+    CPU tensors). Without a target, CUDA inputs mean ``"cuda"`` (``"cuda -tf32"`` where torch
+    allows tf32 for float32 matmuls)."""
 
     target: Any = None
     tune: int = 0
@@ -368,14 +369,16 @@ class CompiledFunction:
 
     def _target(self, args: Sequence[Any]) -> Any:
         """The option's target; without one, the GPU's where the inputs are CUDA tensors (or
-        the emulator runs), else this machine's CPU. CUDA inputs need a CUDA target."""
+        the emulator runs), with tf32 where torch allows it for float32 matmuls
+        (``torch.set_float32_matmul_precision("high")``), else this machine's CPU. CUDA
+        inputs need a CUDA target."""
         on_gpu = any(isinstance(args[k], torch.Tensor) and args[k].is_cuda for k in self._inputs_at)
         target = self.options.target
         if target is None and (on_gpu or self.options.device is not None):
             if self.options.device == "emulator":
                 raise _OptionsError("taskloom backend: option device='emulator' needs a CUDA target naming the "
                                     "architecture to emulate, e.g. options={'target': 'cuda:sm_90', ...}")
-            return "cuda"
+            return "cuda -tf32" if torch.get_float32_matmul_precision() != "highest" else "cuda"
         if on_gpu and not str(getattr(target, "kind", target)).startswith("cuda"):
             raise _OptionsError(f"taskloom backend: the inputs are CUDA tensors and the target is {target!r}; "
                                 "pass target='cuda' (or None), or move the inputs to the CPU")

@@ -34,15 +34,17 @@ class Target:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Target":
         """Rebuild a target written by :meth:`to_dict` (a saved model's, a record's): every
-        field of the kind's dataclass must be there; a description of another kind is refused."""
+        field of the kind's dataclass without a default must be there (one added since takes
+        its default); a description of another kind is refused."""
         kind = data.get("kind", "cpu") if isinstance(data, dict) else None
         if kind != cls.kind:
             raise TargetError(f"not a {cls.kind} target description: kind={kind!r}")
         fields = [f.name for f in dataclasses.fields(cls)]
-        missing = [f for f in fields if f not in data]
+        optional = {f.name for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+        missing = [f for f in fields if f not in data and f not in optional]
         if missing:
             raise TargetError(f"{cls.kind} target description lacks {', '.join(missing)}")
-        return cls(**{f: data[f] for f in fields})
+        return cls(**{f: data[f] for f in fields if f in data})
 
     @classmethod
     def from_string(cls, spec: str) -> "Target":

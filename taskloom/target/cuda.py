@@ -35,6 +35,8 @@ ARCHS: dict[str, dict[str, Any]] = {
                   l2_bytes=50 * MIB, clock_mhz=1980),
 }
 _ARCH = re.compile(r"sm_(?P<major>\d)(?P<minor>\d)(?P<a>a?)")
+#: a CUDA target string's options, and the field each sets
+OPTIONS = {"-tf32": "tf32"}
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,9 @@ class CudaTarget(Target):
 
     ``arch`` is what nvcc builds for (``sm_80``, ``sm_90a``: the ``a`` unlocks Hopper's
     architecture-specific instructions, wgmma and TMA); the rest are that GPU's limits.
-    Memory sizes are in bytes.
+    Memory sizes are in bytes. ``tf32`` allows float32 products on the tensor cores as
+    tf32 (10 bits of mantissa, as ``torch.backends.cuda.matmul.allow_tf32`` does); off by
+    default, since it changes results in their fourth digit.
     """
 
     kind = "cuda"
@@ -60,6 +64,7 @@ class CudaTarget(Target):
     registers_per_thread: int = 255
     max_threads_per_block: int = 1024
     warp_size: int = 32
+    tf32: bool = False
 
     def __post_init__(self) -> None:
         if not _ARCH.fullmatch(self.arch) or _base_arch(self.arch) not in ARCHS:
@@ -69,6 +74,8 @@ class CudaTarget(Target):
             value = getattr(self, field.name)
             if field.type == "int" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise TargetError(f"CudaTarget.{field.name} must be a positive integer, got {value!r}")
+        if not isinstance(self.tf32, bool):
+            raise TargetError(f"CudaTarget.tf32 must be True or False, got {self.tf32!r}")
 
     # -- constructors -------------------------------------------------------------------
 
@@ -92,22 +99,27 @@ class CudaTarget(Target):
 
     @classmethod
     def from_string(cls, spec: str) -> CudaTarget:
-        """Parse ``"cuda"`` (this machine's GPU) or ``"cuda:sm_XY[a]"`` (an architecture).
+        """Parse ``"cuda"`` (this machine's GPU) or ``"cuda:sm_XY[a]"`` (an architecture),
+        followed by options: ``-tf32`` (float32 products on the tensor cores as tf32).
 
         An architecture that matches this machine's GPU takes the GPU's own numbers.
         """
-        word = spec.strip()
+        word, *options = spec.split() or [""]
+        unknown = [o for o in options if o not in OPTIONS]
+        if unknown:
+            raise TargetError(f"unknown option {unknown[0]!r} in CUDA target {spec!r}; known: {', '.join(OPTIONS)}")
+        flags = {OPTIONS[o]: True for o in options}
         if word == "cuda":
-            return cls.device()
+            return dataclasses.replace(cls.device(), **flags)
         kind, colon, arch = word.partition(":")
-        if kind != "cuda" or not colon or not arch or " " in arch:
+        if kind != "cuda" or not colon or not arch:
             raise TargetError(f"unknown CUDA target {spec!r}; expected 'cuda' or 'cuda:<arch>' "
-                              f"with <arch> among {', '.join(_arch_names())}")
+                              f"with <arch> among {', '.join(_arch_names())}, then options ({', '.join(OPTIONS)})")
         target = cls.from_arch(arch)
         here = _read_device(0)
         if here is not None and _base_arch(here.arch) == _base_arch(arch):
-            return dataclasses.replace(here, arch=arch)
-        return target
+            target = dataclasses.replace(here, arch=arch)
+        return dataclasses.replace(target, **flags)
 
     # -- queries ------------------------------------------------------------------------
 
@@ -142,8 +154,9 @@ class CudaTarget(Target):
         return major == dmajor and minor <= dminor
 
     def key(self) -> str:
-        """``cuda-sm_90a``: what the code depends on, for caches, records and saved models."""
-        return f"cuda-{self.arch}"
+        """``cuda-sm_90a`` (``cuda-sm_90a-tf32``): what the code depends on, for caches,
+        records and saved models."""
+        return f"cuda-{self.arch}" + ("-tf32" if self.tf32 else "")
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able description; :meth:`from_dict` reverses it."""

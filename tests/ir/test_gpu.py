@@ -57,8 +57,20 @@ def test_gpu_statements_check_their_operands():
         gpu.CpAsync(x[0], x[1], 12)
     with pytest.raises(IRError, match="element reference"):
         gpu.AtomicAdd(x, 1.0)
-    with pytest.raises(IRError, match="float16 or bfloat16"):
-        gpu.Ldmatrix(x[0], x[0])
+    i = E.Var("i", int32[64])
+    with pytest.raises(IRError, match="float16 or bfloat16 or float32"):
+        gpu.Ldmatrix(i[0], i[0])
+    with pytest.raises(IRError, match="split float32"):
+        gpu.Ldmatrix(x[0], x[0], trans=True)
+    with pytest.raises(IRError, match="A fragment must have elements of float32"):
+        gpu.MmaSync(x[0], h[0], h[8], x[0], "m16n8k8")
+    with pytest.raises(IRError, match="m16n8k16 and m16n8k8, not 'm16n8k32'"):
+        gpu.MmaSync(x[0], h[0], h[8], x[0], "m16n8k32")
+    gpu.VectorCopy(x[0], x[4], 16)
+    with pytest.raises(IRError, match="copy_vector moves 4, 8 or 16 bytes"):
+        gpu.VectorCopy(x[0], x[4], 32)
+    with pytest.raises(IRError, match="from f16 elements into f32 ones"):
+        gpu.VectorCopy(x[0], h[0], 16)
     with pytest.raises(IRError, match="C fragment"):
         gpu.MmaSync(x[0], h[0], h[8], h[0])
     with pytest.raises(IRError, match="pending"):

@@ -53,6 +53,18 @@ def test_dict_round_trip_for_both_kinds(no_gpu):
         CudaTarget.from_dict({"kind": "cuda", "arch": "sm_80"})
 
 
+def test_tf32_is_an_option_of_the_target_and_of_its_key(no_gpu):
+    plain, tf32 = get_target("cuda:sm_90"), get_target("cuda:sm_90  -tf32")
+    assert not plain.tf32 and tf32.tf32 and tf32.key() == "cuda-sm_90-tf32" != plain.key()
+    assert target_from_dict(json.loads(json.dumps(tf32.to_dict()))) == tf32
+    old = {k: v for k, v in plain.to_dict().items() if k != "tf32"}  # written before the option existed
+    assert target_from_dict(old) == plain
+    with pytest.raises(TargetError, match=r"unknown option '-fp8' .*known: -tf32"):
+        get_target("cuda:sm_90 -fp8")
+    with pytest.raises(TargetError, match="tf32 must be True or False"):
+        CudaTarget.from_dict({**plain.to_dict(), "tf32": "yes"})
+
+
 def test_invalid_fields_are_refused():
     with pytest.raises(TargetError, match="num_sms"):
         CudaTarget(arch="sm_80", name="x", num_sms=0, shared_memory_per_block=1,

@@ -1,11 +1,13 @@
-"""The CUDA matmul template on tensor cores: ``mma.sync`` m16n8k16 fed by ``ldmatrix`` from
-swizzled shared memory, filled by a multi-stage ``cp.async`` pipeline, the schedule written
-as task mappings.
+"""The CUDA matmul template on tensor cores: ``mma.sync`` fed by ``ldmatrix`` from swizzled
+shared memory, filled by a multi-stage ``cp.async`` pipeline, the schedule written as task
+mappings.
 
 It serves the contractions :func:`~taskloom.schedule.contraction.match_contraction` reads
 whose two factors are 16-bit floats (float16 or bfloat16, the same for both; a prologue's
-arithmetic is rounded to that type, as the operator would do in half precision), with any
-epilogue and an output of float32, float16 or bfloat16. Products are summed in float32.
+arithmetic is rounded to that type, as the operator would do in half precision) by
+``mma.sync`` m16n8k16, and, on a target that allows tf32 (``CudaTarget.tf32``), whose
+factors are float32, by m16n8k8 on tf32. Any epilogue; an output of float32, float16 or
+bfloat16. Products are summed in float32.
 
 A block of ``warps`` warps computes a ``block_m x block_n`` tile of ``C`` (one batch element
 per ``blockIdx.z``) in steps of ``block_k`` along ``K``:
@@ -18,6 +20,8 @@ per ``blockIdx.z``) in steps of ``block_k`` along ``K``:
    element by element into the slot. The tile keeps the factor's contiguous axis
    contiguous: ``[m][k]`` for a row-major A, ``[k][m]`` for a transposed one, and the same
    for B; ``ldmatrix`` (with ``.trans`` where needed) turns either into the fragments.
+   float32 elements cannot be transposed by ``ldmatrix``: a tf32 tile laid ``[k][m]`` is
+   read by the lanes one element each, from a layout swizzled for that read.
 2. **swizzle**: the 16-byte chunk ``c`` of row ``r`` is stored at chunk ``c ^ f(r)``, which
    puts any 8 consecutive rows of a chunk column in 8 different groups of 4 banks: the
    8 rows ``ldmatrix`` reads in one phase, and the chunks a warp's copies write, never
@@ -27,8 +31,8 @@ per ``blockIdx.z``) in steps of ``block_k`` along ``K``:
    slot the previous step has finished reading: one barrier a step orders both), and
    multiplies.
 4. **compute**: the warps are laid out ``spatial(*warps)`` over the block's tile, each
-   warp ``repeat(mma_m, mma_n)`` over m16n8 tiles; for each 16 of ``K`` it loads its A and
-   B fragments by ``ldmatrix.x4`` and issues ``mma_m * mma_n`` ``mma.sync``.
+   warp ``repeat(mma_m, mma_n)`` over m16n8 tiles; for each 16 (tf32: 8) of ``K`` it loads
+   its A and B fragments by ``ldmatrix.x4`` and issues ``mma_m * mma_n`` ``mma.sync``.
 5. **store**: each accumulator through the epilogue into ``C`` where it lies inside.
 """
 from __future__ import annotations
@@ -56,6 +60,9 @@ from taskloom.transforms.names import NameGen
 
 HALF_TYPES = (float16, bfloat16)
 CHUNK = 8  # 16-bit elements in a 16-byte chunk: what cp.async and one ldmatrix row move
+GROUPS = 8  # 16-byte bank groups in the 128 bytes of shared memory's 32 banks
+#: per factor type: the mma shape, its K, and the fragment elements a lane holds of A and B
+MMA = {float16: ("m16n8k16", 16, 8, 4), bfloat16: ("m16n8k16", 16, 8, 4), float32: ("m16n8k8", 8, 4, 2)}
 
 
 @dataclass(frozen=True)
@@ -83,8 +90,8 @@ class MmaConfig:
         wm, wn = self.warp_tile
         return wm // 16, wn // 8
 
-    def shared_bytes(self) -> int:
-        return self.stages * (self.block_m + self.block_n) * self.block_k * 2
+    def shared_bytes(self, element_bytes: int = 2) -> int:
+        return self.stages * (self.block_m + self.block_n) * self.block_k * element_bytes
 
     def mapping(self):
         """The block's warps over its m16n8 tiles, as Hidet writes it."""
@@ -101,11 +108,11 @@ class MmaConfig:
 CONFIGS = (MmaConfig(), MmaConfig(64, 64, 32, (2, 2), 3))
 
 
-def _valid(c: MmaConfig) -> None:
+def _valid(c: MmaConfig, chunk: int = CHUNK) -> None:
     wm, wn = c.warp_tile
     assert c.block_k % 16 == 0 and wm % 16 == 0 and wn % 16 == 0 and c.stages >= 2
     for rows, cols in ((c.block_m, c.block_k), (c.block_n, c.block_k)):
-        assert (rows * cols // CHUNK) % c.threads == 0
+        assert (rows * cols // chunk) % c.threads == 0
 
 
 # -- what a factor is --------------------------------------------------------------------
@@ -114,6 +121,16 @@ def half_type(con: Contraction) -> DataType | None:
     """The 16-bit type both factors read, or None when they read anything else."""
     types = {r.type for f in (con.a, con.b) for r in collect(f, E.TensorElement)}  # type: ignore[attr-defined]
     return types.pop() if len(types) == 1 and types <= set(HALF_TYPES) else None
+
+
+def factor_type(con: Contraction, tf32: bool) -> DataType | None:
+    """The type the tensor cores multiply ``con``'s factors in: their 16-bit type, or
+    float32 (as tf32) where both read float32 and ``tf32`` allows it; None otherwise."""
+    half = half_type(con)
+    if half is not None or not tf32:
+        return half
+    types = {r.type for f in (con.a, con.b) for r in collect(f, E.TensorElement)}  # type: ignore[attr-defined]
+    return float32 if types == {float32} and con.a.type == float32 and con.b.type == float32 else None
 
 
 @dataclass(frozen=True)
@@ -135,20 +152,24 @@ class _Factor:
 ALIGNMENT_CHECKS = 1024
 
 
-def copies_rows(read: E.Expr, vb: E.Var, batch: int, row: E.Var, col: E.Var, cols: int) -> bool:
+def copies_rows(read: E.Expr, vb: E.Var, batch: int, row: E.Var, col: E.Var, cols: int,
+                nbytes: int = 2) -> bool:
     """Whether cp.async can copy ``read`` (a factor of ``vb < batch``, ``row`` and ``col``)
-    in 16-byte chunks: one 16-bit tensor element, contiguous along ``col`` (``cols`` of
-    them, a multiple of 8), whose rows start 16-byte aligned in every batch element."""
+    in 16-byte chunks: one tensor element of ``nbytes``, contiguous along ``col`` (``cols``
+    of them, a whole number of chunks), whose rows start 16-byte aligned in every batch
+    element."""
     element = read.value if isinstance(read, E.Cast) else read
-    if not isinstance(element, E.TensorElement) or element.type.nbytes != 2 or cols % CHUNK or batch > ALIGNMENT_CHECKS:
+    chunk = 16 // nbytes
+    if not isinstance(element, E.TensorElement) or element.type.nbytes != nbytes or cols % chunk \
+            or batch > ALIGNMENT_CHECKS:
         return False
     offset = E.as_expr(row_major_offset(element.indices, element.tensor.shape))
     at = lambda b, r, c: simplify_expr(substitute(offset, {vb: E.as_expr(b), row: r, col: c}))  # noqa: E731
     zero = E.as_expr(0)
     step = simplify_expr(at(0, row, col) - at(0, zero, zero) - row * _constant(at(0, E.as_expr(1), zero)) - col)
-    if not (isinstance(step, E.Constant) and int(step.value) == 0) or _constant(at(0, E.as_expr(1), zero)) % CHUNK:
+    if not (isinstance(step, E.Constant) and int(step.value) == 0) or _constant(at(0, E.as_expr(1), zero)) % chunk:
         return False
-    return all(_constant(at(b, zero, zero)) % CHUNK == 0 for b in range(batch))
+    return all(_constant(at(b, zero, zero)) % chunk == 0 for b in range(batch))
 
 
 def _constant(e: E.Expr) -> int:
@@ -156,11 +177,12 @@ def _constant(e: E.Expr) -> int:
     return int(e.value) if isinstance(e, E.Constant) else 1
 
 
-def _factor(con: Contraction, name: str, expr: E.Expr, outer: E.Var, extent: int, block: int) -> _Factor:
+def _factor(con: Contraction, name: str, expr: E.Expr, outer: E.Var, extent: int, block: int,
+            nbytes: int) -> _Factor:
     """How to load ``expr``: by cp.async when it reads one tensor element, contiguous along
     k or along ``outer``, with every 16-byte chunk of the tile inside one aligned row."""
     for k_inner, row, col, cols in ((True, outer, con.vk, con.K), (False, con.vk, outer, extent)):
-        if copies_rows(expr, con.vb, con.batch, row, col, cols):
+        if copies_rows(expr, con.vb, con.batch, row, col, cols, nbytes):
             return _Factor(name, expr, outer, extent, block, k_inner, True)
     # computed element by element: K contiguous in the tile only where memory is
     return _Factor(name, expr, outer, extent, block, _k_contiguous(expr, con.vk, outer), False)
@@ -175,35 +197,46 @@ def _all(*conditions: E.Expr | None) -> E.Expr | None:
 # -- the kernel ----------------------------------------------------------------------------
 
 class _Tile:
-    """A factor's shared buffer: ``stages`` slots of ``rows x cols`` 16-bit elements, the
-    16-byte chunks of each row swizzled by the row's place among 8 (``r % 8``): with
-    ``chunks`` chunks a row, 8 rows span ``8 * chunks`` chunks, and ``c ^ f(r % 8)`` spreads
-    a chunk column of any 8 consecutive rows over the 8 bank groups of 128 bytes."""
+    """A factor's shared buffer: ``stages`` slots of ``rows x cols`` elements, the 16-byte
+    chunks of each row swizzled by the row's place among 8 (``r % 8``): with ``chunks``
+    chunks a row, 8 rows span ``8 * chunks`` chunks, and ``c ^ f(r % 8)`` spreads a chunk
+    column of any 8 consecutive rows over the 8 bank groups of 128 bytes.
 
-    def __init__(self, var: E.Var, rows: int, cols: int):
-        self.var, self.rows, self.cols = var, rows, cols
-        chunks = cols // CHUNK
-        self.period, self.width = max(1, CHUNK // chunks), min(chunks, CHUNK)
+    A tile whose lanes read single float32 elements (``lane_reads``: tf32 laid ``[k][x]``,
+    where 4 rows of k by 8 of x make a fragment) swizzles by ``c ^ 2 (r % 4)`` instead: the
+    two chunks of 8 x that the 4 rows read land in 8 different bank groups."""
+
+    def __init__(self, var: E.Var, rows: int, cols: int, lane_reads: bool = False):
+        self.var, self.rows, self.cols, self.lane_reads = var, rows, cols, lane_reads
+        self.chunk = 16 // var.type.dtype.nbytes  # type: ignore[attr-defined]
+        chunks = cols // self.chunk
+        self.period, self.width = max(1, GROUPS // chunks), min(chunks, GROUPS)
+        assert not lane_reads or chunks >= GROUPS
 
     def at(self, slot: E.Expr, r: E.Expr, c: E.Expr, phase: E.Expr | None = None) -> E.TensorElement:
-        """Element ``(r, c)`` of ``slot`` (``c`` a chunk start plus a constant offset < 8);
+        """Element ``(r, c)`` of ``slot`` (``c`` a chunk start plus a constant offset);
         ``phase`` is ``r % 8`` where the caller knows it more simply (the address then
         differs between unrolled copies by a constant, which the hardware adds for free)."""
-        phase = r % 8 if phase is None else phase
-        chunk = (c // CHUNK) ^ (phase // self.period) if self.width > 1 else c // CHUNK
-        return E.TensorElement(self.var, (slot, r, chunk * CHUNK + c % CHUNK))
+        ch = self.chunk
+        if self.lane_reads:
+            chunk = (c // ch) ^ (r % 4 * 2)
+        else:
+            phase = r % 8 if phase is None else phase
+            chunk = (c // ch) ^ (phase // self.period) if self.width > 1 else c // ch
+        return E.TensorElement(self.var, (slot, r, chunk * ch + c % ch))
 
     def fragment_row(self, slot: E.Expr, lane: E.Expr, x0: E.Expr, kk: E.Expr, a_operand: bool,
                      k_rows: bool) -> E.TensorElement:
         """The row ``lane`` gives ``ldmatrix.x4`` for an A fragment (16 x 16 at ``x0`` along
-        m and ``kk`` along k) or two B fragments (n8 tiles at ``x0`` and ``x0 + 8``); lane
-        ``l`` gives row ``l % 8`` of matrix ``l // 8``: A's quarters (rows 0-7, 8-15, then
-        k 8-15), B's k halves of one n8 tile, then of the next. ``k_rows`` when the tile's
-        rows run along k (it is then read with ``.trans``)."""
+        m and ``kk`` along k; 16 x 8 of tf32) or two B fragments (n8 tiles at ``x0`` and
+        ``x0 + 8``); lane ``l`` gives row ``l % 8`` of matrix ``l // 8``: A's quarters (rows
+        0-7, 8-15, then the next chunk of k), B's k halves of one n8 tile, then of the next.
+        ``k_rows`` when the tile's rows run along k (it is then read with ``.trans``)."""
         q, rr = lane // 8, lane % 8
-        x_off, k_off = ((q % 2) * 8, (q // 2) * 8) if a_operand else ((q // 2) * 8, (q % 2) * 8)
-        if k_rows:
+        if k_rows:  # 16-bit elements only: a chunk is 8 of them
+            x_off, k_off = ((q % 2) * 8, (q // 2) * 8) if a_operand else ((q // 2) * 8, (q % 2) * 8)
             return self.at(slot, kk + k_off + rr, x0 + x_off, rr)
+        x_off, k_off = ((q % 2) * 8, (q // 2) * self.chunk) if a_operand else ((q // 2) * 8, (q % 2) * self.chunk)
         return self.at(slot, x0 + x_off + rr, kk + k_off, rr)
 
     def fill(self, r: E.Var, col: E.Var, tid: E.Expr, threads: int, copy: bool,
@@ -211,10 +244,10 @@ class _Tile:
         """The loop that fills one slot: ``body(first)`` for row ``r`` and its ``first``
         column, consecutive threads along a row, each a 16-byte chunk (``copy``) or one
         element at a time."""
-        per_row = self.cols // CHUNK if copy else self.cols
+        per_row = self.cols // self.chunk if copy else self.cols
         lanes = min(per_row, threads)
         mapping = repeat(self.rows * lanes // threads, per_row // lanes) * spatial(threads // lanes, lanes)
-        return S.ForMapping((r, col), mapping, tid, body(col * CHUNK if copy else col))
+        return S.ForMapping((r, col), mapping, tid, body(col * self.chunk if copy else col))
 
 
 class _Kernel:
@@ -222,23 +255,29 @@ class _Kernel:
 
     def __init__(self, con: Contraction, config: MmaConfig, dtype: DataType,
                  read: Callable[[E.Expr, dict], E.Expr], out: E.Var, names: NameGen):
-        _valid(config)
+        _valid(config, 16 // dtype.nbytes)
         self.con, self.c, self.dtype, self.read, self.out, self.names = con, config, dtype, read, out, names
+        self.shape, self.kstep, a_elements, b_elements = MMA[dtype]
         v = lambda n: E.Var(names.fresh(n), index_type)  # noqa: E731
         self.tid, self.warp, self.lane = v("tid"), v("warp"), v("lane")
         self.bm, self.bn, self.bz, self.k0 = v("bm"), v("bn"), v("batch"), v("k0")
-        self.A = _factor(con, "A", con.a, con.vm, con.M, config.block_m)
-        self.B = _factor(con, "B", con.b, con.vn, con.N, config.block_n)
+        self.A = _factor(con, "A", con.a, con.vm, con.M, config.block_m, dtype.nbytes)
+        self.B = _factor(con, "B", con.b, con.vn, con.N, config.block_n, dtype.nbytes)
         self.tiles = {f.name: self._tile(f) for f in (self.A, self.B)}
         mt, nt = config.mma_tiles
         reg = lambda n, t, *shape: E.Var(names.fresh(n), TensorType(t, tuple(E.as_expr(s) for s in shape)))  # noqa: E731
-        self.a_frag, self.b_frag = reg("a_frag", dtype, mt, 8), reg("b_frag", dtype, nt, 4)
+        self.a_frag, self.b_frag = reg("a_frag", dtype, mt, a_elements), reg("b_frag", dtype, nt, b_elements)
         self.acc = reg("acc", float32, mt, nt, 4)
+
+    def _lane_reads(self, f: _Factor) -> bool:
+        """Whether the lanes read ``f``'s fragments element by element: tf32 laid [k][x]."""
+        return self.dtype == float32 and not f.k_inner
 
     def _tile(self, f: _Factor) -> _Tile:
         rows, cols = (f.block, self.c.block_k) if f.k_inner else (self.c.block_k, f.block)
         shape = (E.as_expr(self.c.stages), E.as_expr(rows), E.as_expr(cols))
-        return _Tile(E.Var(self.names.fresh(f"{f.name.lower()}_tile"), TensorType(self.dtype, shape)), rows, cols)
+        var = E.Var(self.names.fresh(f"{f.name.lower()}_tile"), TensorType(self.dtype, shape))
+        return _Tile(var, rows, cols, self._lane_reads(f))
 
     def _vars(self, *names: str) -> list[E.Var]:
         return [E.Var(self.names.fresh(n), index_type) for n in names]
@@ -336,25 +375,49 @@ class _Kernel:
         return self.tiles[f.name].fragment_row(slot, self.lane, x0, kk, f is self.A, not f.k_inner)
 
     def _compute(self, slot: E.Expr) -> S.Stmt:
-        """For each 16 of the step's K: the warp's fragments by ldmatrix, then its mmas."""
+        """For each mma's K of the step: the warp's fragments by ldmatrix (or by its lanes),
+        then its mmas."""
         c = self.c
         mt, nt = c.mma_tiles
         ks, i, j = self._vars("ks", "i", "j")
 
         def warp(wm: E.Expr, wn: E.Expr) -> S.Stmt:
-            kk = ks * 16
-            load_a = S.For(i, E.as_expr(mt), gpu.Ldmatrix(
-                E.TensorElement(self.a_frag, (i, E.as_expr(0))),
-                self._fragment_address(self.A, slot, wm + i * 16, kk), 4, not self.A.k_inner), "unroll")
-            load_b = S.For(j, E.as_expr(nt // 2), gpu.Ldmatrix(
-                E.TensorElement(self.b_frag, (j * 2, E.as_expr(0))),
-                self._fragment_address(self.B, slot, wn + j * 16, kk), 4, not self.B.k_inner), "unroll")
+            kk = ks * self.kstep
+            if self._lane_reads(self.A):
+                load_a = S.For(i, E.as_expr(mt), self._lane_fragment(self.A, slot, wm + i * 16, kk, i), "unroll")
+            else:
+                load_a = S.For(i, E.as_expr(mt), gpu.Ldmatrix(
+                    E.TensorElement(self.a_frag, (i, E.as_expr(0))),
+                    self._fragment_address(self.A, slot, wm + i * 16, kk), 4, not self.A.k_inner), "unroll")
+            if self._lane_reads(self.B):
+                load_b = S.For(j, E.as_expr(nt), self._lane_fragment(self.B, slot, wn + j * 8, kk, j), "unroll")
+            else:
+                load_b = S.For(j, E.as_expr(nt // 2), gpu.Ldmatrix(
+                    E.TensorElement(self.b_frag, (j * 2, E.as_expr(0))),
+                    self._fragment_address(self.B, slot, wn + j * 16, kk), 4, not self.B.k_inner), "unroll")
             zero = E.as_expr(0)
             acc = E.TensorElement(self.acc, (i, j, zero))
-            mma = gpu.MmaSync(acc, E.TensorElement(self.a_frag, (i, zero)), E.TensorElement(self.b_frag, (j, zero)), acc)
+            mma = gpu.MmaSync(acc, E.TensorElement(self.a_frag, (i, zero)), E.TensorElement(self.b_frag, (j, zero)),
+                              acc, self.shape)
             mmas = S.For(i, E.as_expr(mt), S.For(j, E.as_expr(nt), mma, "unroll"), "unroll")
-            return S.For(ks, E.as_expr(c.block_k // 16), S.seq([load_a, load_b, mmas]), "unroll")
+            return S.For(ks, E.as_expr(c.block_k // self.kstep), S.seq([load_a, load_b, mmas]), "unroll")
         return S.seq([self._warp_tiles(warp), S.Comment("the slot is free once every warp passes the next barrier")])
+
+    def _lane_fragment(self, f: _Factor, slot: E.Expr, x0: E.Expr, kk: E.Expr, tile: E.Var) -> S.Stmt:
+        """A tf32 fragment read from a [k][x] tile by each lane, as m16n8k8 lays it out:
+        A's ``a[e]`` at k ``t + 4 (e // 2)``, m ``g + 8 (e % 2)``; B's ``b[e]`` at k ``t + 4 e``,
+        n ``g`` (``g = lane // 4``, ``t = lane % 4``)."""
+        [e] = self._vars("e")
+        g, t = self.lane // 4, self.lane % 4
+        if f is self.A:
+            frag, count, k, x = self.a_frag, 4, kk + t + (e // 2) * 4, x0 + (e % 2) * 8
+        else:
+            frag, count, k, x = self.b_frag, 2, kk + t + e * 4, x0
+        # x is a multiple of 8 and k of 4 but for t: the chunk and the swizzle in simple terms
+        buf = self.tiles[f.name]
+        chunk = (x // buf.chunk + g // buf.chunk) ^ (t * 2)
+        read = E.TensorElement(buf.var, (slot, k, chunk * buf.chunk + g % buf.chunk))
+        return S.For(e, E.as_expr(count), S.BufferStore(frag, (tile, e), read), "unroll")
 
     # -- store ---------------------------------------------------------------------------
 
@@ -396,11 +459,13 @@ def _describe(f: _Factor) -> str:
     return f"{f.name} into {layout} by {'cp.async' if f.copy else 'its threads'}"
 
 
-def mma_kernel(con: Contraction, config: MmaConfig, name: str) -> S.Function:
-    """The kernel of ``con`` (16-bit factors) with ``config``: the task's inputs, then its output."""
-    dtype = half_type(con)
+def mma_kernel(con: Contraction, config: MmaConfig, name: str, dtype: DataType | None = None) -> S.Function:
+    """The kernel of ``con`` with ``config``: the task's inputs, then its output. ``dtype``
+    is the factors' type on the tensor cores (float32 for tf32); by default their 16-bit type."""
+    dtype = dtype or half_type(con)
     if dtype is None:
-        raise ValueError(f"{con.task.name}: the tensor-core template needs float16 or bfloat16 factors")
+        raise ValueError(f"{con.task.name}: the tensor-core template needs float16 or bfloat16 factors, "
+                         "or float32 ones on a target that allows tf32")
     names, params, tensors = _parameters(con.task)
     inline = _Inline(tensors)
 
@@ -408,7 +473,8 @@ def mma_kernel(con: Contraction, config: MmaConfig, name: str) -> S.Function:
         return inline.visit(substitute(expr, bindings))
     kernel = _Kernel(con, config, dtype, read, tensors[con.output], names)
     copies = "; ".join(_describe(f) for f in (kernel.A, kernel.B))
-    doc = f"{con.task.name}: the CUDA matmul template (tensor cores, mma.sync m16n8k16), {config}; {copies}"
+    shape = kernel.shape + (" tf32" if dtype == float32 else "")
+    doc = f"{con.task.name}: the CUDA matmul template (tensor cores, mma.sync {shape}), {config}; {copies}"
     fn = S.Function(name, tuple(params), kernel.body(), attrs=(("doc", doc), ("template", "matmul_mma"),
                                                                 ("config", str(config))))
     grid = (-(-con.N // config.block_n), -(-con.M // config.block_m), con.batch)
@@ -417,10 +483,13 @@ def mma_kernel(con: Contraction, config: MmaConfig, name: str) -> S.Function:
 
 def mma_candidate(task: Task, target: CudaTarget, constants: Mapping[int, np.ndarray] | None = None,
                   weights_stream: bool = False) -> Candidate | None:
-    """The template's offer for a contraction of 16-bit factors; its config comes from
-    :func:`taskloom.schedule.cuda.mma_model.choose`."""
+    """The template's offer for a contraction of 16-bit factors (or float32 ones, where the
+    target allows tf32); its config comes from :func:`taskloom.schedule.cuda.mma_model.choose`."""
     con = match_contraction(task, (float32, float16, bfloat16))
-    if con is None or not con.static or half_type(con) is None:
+    if con is None or not con.static:
         return None
-    return Candidate("matmul_mma", con,
-                     lambda config, name: Scheduled(mma_kernel(con, config, name), tuple(range(len(task.inputs)))))
+    dtype = factor_type(con, target.tf32)
+    if dtype is None:
+        return None
+    return Candidate("matmul_mma", con, lambda config, name: Scheduled(mma_kernel(con, config, name, dtype),
+                                                                       tuple(range(len(task.inputs)))))

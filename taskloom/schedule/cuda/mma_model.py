@@ -4,8 +4,10 @@ rates, take the cheapest).
 
 **The space** is every :class:`~taskloom.schedule.cuda.matmul_mma.MmaConfig` of block tiles
 32-128 on a side, one to four warps of at most 64 x 64 (the accumulators of a larger warp
-tile outgrow the registers), steps of 32 along K, two to four stages, that fits the 48 KiB of
-static shared memory and whose copies divide evenly among its threads.
+tile outgrow the registers), steps of 32 along K, two to four stages, that fits the 48 KiB
+of static shared memory and whose copies divide evenly among its threads. tf32 tiles, of
+float32, take twice the bytes, and their warps keep to 64 rows of m and their pipelines to
+three or four stages (the others spill a few registers in ptxas).
 
 **The model** prices a config on a contraction (batch, M, N, K) as the busiest SM's time:
 its share of the blocks (``ceil(blocks / SMs)``, so a tile that leaves SMs idle, or a last
@@ -16,8 +18,8 @@ wave of one block, costs what it costs), each block the larger of
 
 Small tiles fill more SMs but read more bytes per multiply-add; the model weighs the two.
 The rates are per-architecture estimates from NVIDIA's published peaks (dense fp16
-``mma.sync``; Hopper's ``mma.sync`` taken at half its ``wgmma`` peak), not measurements:
-they rank configs, and a tuning record, once measured, takes precedence.
+``mma.sync``, tf32 at half of it; Hopper's ``mma.sync`` taken at half its ``wgmma`` peak), not
+measurements: they rank configs, and a tuning record, once measured, takes precedence.
 """
 from __future__ import annotations
 
@@ -25,7 +27,8 @@ import itertools
 import math
 
 from taskloom.schedule.contraction import Contraction
-from taskloom.schedule.cuda.matmul_mma import CHUNK, MmaConfig
+from taskloom.ir.dtypes import float32
+from taskloom.schedule.cuda.matmul_mma import MmaConfig, factor_type
 from taskloom.target.cuda import CudaTarget
 
 STATIC_SHARED = 48 * 1024
@@ -35,31 +38,37 @@ MAX_WARP_TILE = 64 * 64
 RATES = {8: (1024, 32), 9: (1024, 48)}
 
 
-def _fits(c: MmaConfig) -> bool:
+def _fits(c: MmaConfig, element_bytes: int) -> bool:
     wm, wn = c.warp_tile
-    if wm % 16 or wn % 16 or wm * wn > MAX_WARP_TILE or c.shared_bytes() > STATIC_SHARED:
+    if wm % 16 or wn % 16 or wm * wn > MAX_WARP_TILE or c.shared_bytes(element_bytes) > STATIC_SHARED:
         return False
-    return all((rows * c.block_k // CHUNK) % c.threads == 0 for rows in (c.block_m, c.block_n))
+    if element_bytes == 4 and (wm > 64 or c.stages == 2):  # in tf32 these spill a few registers
+        return False
+    chunk = 16 // element_bytes
+    return all((rows * c.block_k // chunk) % c.threads == 0 for rows in (c.block_m, c.block_n))
 
 
-def space() -> list[MmaConfig]:
-    """Every config of the template's space (see the module docstring)."""
+def space(element_bytes: int = 2) -> list[MmaConfig]:
+    """Every config of the template's space for factors of ``element_bytes`` (2, or 4 for
+    tf32; see the module docstring)."""
     out = []
     for bm, bn, warps, stages in itertools.product((32, 64, 128), (32, 64, 128), ((1, 1), (1, 2), (2, 1), (2, 2)),
                                                    (2, 3, 4)):
         c = MmaConfig(bm, bn, 32, warps, stages)
-        if bm >= 16 * warps[0] and bn >= 16 * warps[1] and _fits(c):
+        if bm >= 16 * warps[0] and bn >= 16 * warps[1] and _fits(c, element_bytes):
             out.append(c)
     return out
 
 
-def cycles(con: Contraction, c: MmaConfig, target: CudaTarget) -> float:
-    """The model's clock cycles for ``con`` with ``c`` on ``target``."""
+def cycles(con: Contraction, c: MmaConfig, target: CudaTarget, element_bytes: int = 2) -> float:
+    """The model's clock cycles for ``con`` with ``c`` on ``target``, its factors of
+    ``element_bytes`` (4: tf32, at half the 16-bit rate)."""
     macs, l2 = RATES.get(target.compute_capability[0], RATES[8])
+    macs = macs if element_bytes == 2 else macs // 2
     blocks = math.ceil(con.M / c.block_m) * math.ceil(con.N / c.block_n) * con.batch
     k = math.ceil(con.K / c.block_k) * c.block_k
     compute = c.block_m * c.block_n * k / macs
-    loads = (c.block_m + c.block_n) * k * 2 / l2
+    loads = (c.block_m + c.block_n) * k * element_bytes / l2
     # fewer than three stages leave a load exposed each step; one warp leaves mma idle on the copies
     exposed = (1.25 if c.stages == 2 else 1.0) * (1.2 if c.threads == 32 else 1.0)
     return math.ceil(blocks / target.num_sms) * max(compute, loads) * exposed
@@ -67,4 +76,5 @@ def cycles(con: Contraction, c: MmaConfig, target: CudaTarget) -> float:
 
 def choose(con: Contraction, target: CudaTarget) -> MmaConfig:
     """The config of least modelled time; ties go to the larger tile, then more stages."""
-    return min(space(), key=lambda c: (cycles(con, c, target), -c.block_m * c.block_n, -c.stages))
+    nbytes = 4 if target.tf32 and factor_type(con, True) == float32 else 2
+    return min(space(nbytes), key=lambda c: (cycles(con, c, target, nbytes), -c.block_m * c.block_n, -c.stages))

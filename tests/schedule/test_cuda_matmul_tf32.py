@@ -1,0 +1,122 @@
+"""float32 contractions on tensor cores as tf32, where the target allows it: mma.sync m16n8k8
+fed by ldmatrix from K-contiguous tiles and by the lanes from [k][x] ones, run in the emulator
+to numpy's answer on tf32 inputs, with no bank conflicts and exactly the tiles' mma count."""
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import taskloom
+from taskloom import ops
+from taskloom.graph import Graph, input
+from taskloom.graph.fusion import fuse_graph
+from taskloom.runtime.emulator.mma import tf32
+from taskloom.schedule.cuda.matmul_mma import CONFIGS, MmaConfig, mma_candidate
+from taskloom.schedule.cuda.mma_model import choose, space
+from taskloom.target import CudaTarget
+
+pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+rng = np.random.default_rng(0)
+TF32 = CudaTarget.from_string("cuda:sm_80 -tf32")
+
+
+def product(M: int, K: int, N: int, a_k_inner: bool, b_k_inner: bool):
+    """A graph of relu(A B), A read [m][k] or transposed, B [k][n] or transposed; its feeds
+    and the tf32 answer."""
+    a = rng.standard_normal((M, K) if a_k_inner else (K, M)).astype(np.float32)
+    b = rng.standard_normal((N, K) if b_k_inner else (K, N)).astype(np.float32)
+    ai, bi = input(a.shape, name="a"), input(b.shape, name="b")
+    A = ai if a_k_inner else ops.transpose(ai, 0, 1)
+    B = ops.transpose(bi, 0, 1) if b_k_inner else bi
+    want = np.maximum(tf32(a if a_k_inner else a.T).astype(np.float64) @ tf32(b.T if b_k_inner else b), 0)
+    return Graph([ai, bi], [ops.relu(ops.matmul(A, B))]), {id(ai): a, id(bi): b}, want
+
+
+def run(graph: Graph, feeds: dict, config: MmaConfig | None = None, target: CudaTarget = TF32):
+    [group] = fuse_graph(graph)
+    found = mma_candidate(group.task, target)
+    assert found is not None
+    config = config or choose(found.tunable, target)
+    fn = found.build(config, "mm").fn
+    module = taskloom.build(fn, target=target, device="emulator")
+    out = np.zeros(tuple(int(d) for d in graph.outputs[0].shape), np.float32)
+    report = module["mm"](*[feeds[id(t)] for t in group.inputs], out)
+    return out, report, fn, module, config
+
+
+def mma_count(M: int, N: int, K: int, c: MmaConfig) -> int:
+    tiles = -(-M // c.block_m) * -(-N // c.block_n)
+    return tiles * (c.block_m // 16) * (c.block_n // 8) * (-(-K // c.block_k) * c.block_k // 8)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from([(37, 45, 29), (64, 64, 64), (50, 72, 40), (16, 8, 136)]), st.booleans(), st.booleans(),
+       st.sampled_from(space(4)))
+def test_products_of_any_layout_and_shape_on_tf32(shape, a_k_inner, b_k_inner, config):
+    M, K, N = shape
+    graph, feeds, want = product(M, K, N, a_k_inner, b_k_inner)
+    out, report, fn, _, _ = run(graph, feeds, config)
+    assert "mma.sync m16n8k8 tf32" in fn.attr("doc")
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
+    assert report.counters.bank_conflicts == 0
+    assert report.instructions["mma"] == mma_count(M, N, K, config)
+
+
+def test_k_contiguous_factors_come_by_ldmatrix_and_the_others_by_the_lanes():
+    graph, feeds, _ = product(64, 64, 64, True, True)
+    _, report, *_ = run(graph, feeds, CONFIGS[1])
+    assert report.instructions["shared_load"] == 0 and report.instructions["ldmatrix"] > 0
+    graph, feeds, want = product(64, 64, 64, False, False)
+    out, report, *_ = run(graph, feeds, CONFIGS[1])
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
+    assert report.instructions["ldmatrix"] == 0 and report.counters.shared_load_conflicts == 0
+
+
+def test_tf32_is_chosen_by_the_target_only():
+    x = input((16, 32), name="x")
+    [group] = fuse_graph(Graph([x], [ops.matmul(x, taskloom.asarray(np.ones((32, 8), np.float32)))]))
+    assert mma_candidate(group.task, CudaTarget.from_arch("sm_80")) is None
+    assert mma_candidate(group.task, TF32) is not None
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("shape", [(4096, 4096, 4096), (128, 768, 768)])
+def test_the_models_picks_build_without_spills(arch, shape):
+    M, K, N = shape
+    a, b = input((M, K), name="a"), input((K, N), name="b")
+    graph = Graph([a, b], [ops.matmul(a, b)])
+    target = CudaTarget.from_string(f"cuda:{arch} -tf32")
+    [group] = fuse_graph(graph)
+    found = mma_candidate(group.task, target)
+    config = choose(found.tunable, target)
+    fn = found.build(config, "mm").fn
+    used = taskloom.build(fn, target=target, device="emulator").built.resources["mm"]
+    assert not used.spills and used.shared_bytes == config.shared_bytes(4), used
+
+
+def test_a_float32_model_compiled_with_tf32_runs_on_tensor_cores():
+    x, w1, w2 = (rng.standard_normal(s).astype(np.float32) for s in ((8, 64), (64, 128), (128, 32)))
+    xi = input(x.shape, name="x")
+    graph = Graph([xi], [ops.matmul(ops.relu(ops.matmul(xi, taskloom.asarray(w1))), taskloom.asarray(w2))])
+    compiled = taskloom.compile(graph, target="cuda:sm_80 -tf32", device="emulator")
+    out = compiled(x)
+    out = out[0] if isinstance(out, (list, tuple)) else out
+    want = np.maximum(x @ w1, 0) @ w2
+    assert np.abs(np.asarray(out) - want).max() < 3e-3 * np.abs(want).max()  # tf32's 10 bits, twice
+    assert sum(r.instructions["mma"] for r in compiled.last_reports) > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_every_tf32_config_of_the_space_builds_without_spills(arch):
+    a, b = input((128, 128), name="a"), input((128, 128), name="b")
+    target = CudaTarget.from_string(f"cuda:{arch} -tf32")
+    [group] = fuse_graph(Graph([a, b], [ops.matmul(a, b)]))
+    found = mma_candidate(group.task, target)
+    fns = [found.build(c, f"mm{k}").fn for k, c in enumerate(space(4))]
+    used = taskloom.build(fns, target=target, device="emulator").built.resources
+    assert not [(c, used[f"mm{k}"]) for k, c in enumerate(space(4)) if used[f"mm{k}"].spills]

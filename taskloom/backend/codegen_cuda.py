@@ -24,6 +24,7 @@ from taskloom.ir import expr as E
 from taskloom.ir import gpu
 from taskloom.ir import stmt as S
 from taskloom.ir.dtypes import DataType, PointerType, TensorType, Type, VectorType, float32
+from taskloom.ir.functor import collect
 from taskloom.target.cuda import CudaTarget
 
 _HALF = {"float16": "__half", "bfloat16": "__nv_bfloat16"}
@@ -37,6 +38,10 @@ class _CudaKernelCodegen(CFamilyCodegen):
         super().__init__(fn, target, checks)
         self.where = f"CUDA kernel '{fn.name}'"
         self.written = gpu.written_tensors(fn.body)
+        dynamic = gpu.launch_dims(fn)[2]
+        # with dynamic shared memory, the shared buffers are laid out in it (past 48 KiB a
+        # kernel's shared memory can only be dynamic): the next free byte, and the size
+        self.dynamic_offset, self.dynamic_bytes = 0, int(dynamic.value) if E.is_const(dynamic) else None  # type: ignore[attr-defined]
 
     def ctype(self, t: Type, where: str = "") -> str:
         if isinstance(t, DataType) and t.name in _HALF:
@@ -112,10 +117,25 @@ class _CudaKernelCodegen(CFamilyCodegen):
         if not E.is_const(size):
             raise CodegenError(f"{self.where}: buffer '{s.var.name}' has the symbolic size {size!r}; "
                                "shared and register buffers need a static size")
+        ctype, name = self.ctype(t.dtype, self.where), c_name(s.var.name)
+        if s.scope == "shared" and self.dynamic_bytes != 0:
+            self.dynamic_buffer(s.var.name, ctype, int(size.value) * t.dtype.nbytes, d)  # type: ignore[attr-defined]
+            return
         prefix = "__shared__ " if s.scope == "shared" else ""
         align = " __align__(16)"  # a 16-byte access (cp.async, ldmatrix, copy_vector) may start at [0]
-        self.emit(d, f"{prefix}{self.ctype(t.dtype, self.where)}{align} {c_name(s.var.name)}"
-                     f"[{size.value}];  // {s.scope}")  # type: ignore[attr-defined]
+        self.emit(d, f"{prefix}{ctype}{align} {name}[{size.value}];  // {s.scope}")  # type: ignore[attr-defined]
+
+    def dynamic_buffer(self, name: str, ctype: str, nbytes: int, d: int) -> None:
+        """A shared buffer at the next 16-byte boundary of the kernel's dynamic shared memory."""
+        if self.dynamic_bytes is None:
+            raise CodegenError(f"{self.where}: its dynamic shared memory has a symbolic size; shared buffers "
+                               "are laid out in it at static offsets, so it needs a static size")
+        start = -(-self.dynamic_offset // 16) * 16
+        self.dynamic_offset = start + nbytes
+        if self.dynamic_offset > self.dynamic_bytes:
+            raise CodegenError(f"{self.where}: shared buffer '{name}' ends at byte {self.dynamic_offset} of the "
+                               f"dynamic shared memory, which the launch sizes at {self.dynamic_bytes} bytes")
+        self.emit(d, f"{ctype}* const {c_name(name)} = ({ctype}*)(tl_dynamic_shared + {start});  // shared, dynamic")
 
     # ----------------------------------------------------------------- function
     def function(self) -> str:
@@ -126,6 +146,9 @@ class _CudaKernelCodegen(CFamilyCodegen):
         params = self.param_list()
         symbol = c_symbol(self.fn.name)
         self.emit(0, f'extern "C" __global__ void {bounds}{symbol}({params}) {{')
+        shared = [x for x in collect(self.fn.body, S.Declare) if x.scope == "shared"]  # type: ignore[attr-defined]
+        if shared and self.dynamic_bytes != 0:
+            self.emit(1, "extern __shared__ __align__(16) unsigned char tl_dynamic_shared[];")
         self.block(self.fn.body, 1)
         self.emit(0, "}")
         self.lines.append("")

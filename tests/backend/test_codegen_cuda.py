@@ -57,6 +57,16 @@ def test_a_wide_copy_is_one_access_of_its_bytes():
     assert "tl_copy<16>(&r[0], &x[i + offset]);" in text and "tl_copy<16>(&y[i], &r[0]);" in text
 
 
+def test_with_dynamic_shared_memory_the_shared_buffers_are_laid_out_in_it():
+    text = kernel_text(MMA.replace("dynamic_shared=0", "dynamic_shared=768"))
+    assert "extern __shared__ __align__(16) unsigned char tl_dynamic_shared[];" in text
+    assert "__half* const sa = (__half*)(tl_dynamic_shared + 0);  // shared, dynamic" in text
+    assert "__half* const sb = (__half*)(tl_dynamic_shared + 512);  // shared, dynamic" in text
+    assert "__shared__ __half" not in text and "shared_bytes > 48 * 1024" in text
+    with pytest.raises(CodegenError, match=r"'sb' ends at byte 768 .* sizes at 600 bytes"):
+        cuda(MMA.replace("dynamic_shared=0", "dynamic_shared=600"))
+
+
 @pytest.mark.parametrize("source, message", [
     ("@kernel(kind='cuda_kernel', grid=1, block=32)\ndef f(x: f32[64]):\n"
      "    for w in parallel(2):\n        x[w] = 1.0\n", "parallel loop is a CPU construct"),

@@ -14,6 +14,7 @@ import taskloom
 from taskloom import ops
 from taskloom.graph import Graph, input
 from taskloom.graph.fusion import fuse_graph
+from taskloom.ir import gpu
 from taskloom.runtime.emulator.mma import tf32
 from taskloom.schedule.cuda.matmul_mma import CONFIGS, MmaConfig, mma_candidate
 from taskloom.schedule.cuda.mma_model import choose, space
@@ -76,6 +77,15 @@ def test_k_contiguous_factors_come_by_ldmatrix_and_the_others_by_the_lanes():
     assert report.instructions["ldmatrix"] == 0 and report.counters.shared_load_conflicts == 0
 
 
+def test_the_large_tile_runs_from_dynamic_shared_memory():
+    config = MmaConfig(128, 128, 32, (2, 2), 3)  # 96 KiB of float32 tiles
+    graph, feeds, want = product(130, 72, 136, True, False)
+    out, report, fn, _, _ = run(graph, feeds, config)
+    assert int(gpu.launch_dims(fn)[2].value) == config.shared_bytes(4) == report.dynamic_shared
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
+    assert report.counters.bank_conflicts == 0 and report.instructions["mma"] == mma_count(130, 136, 72, config)
+
+
 def test_tf32_is_chosen_by_the_target_only():
     x = input((16, 32), name="x")
     [group] = fuse_graph(Graph([x], [ops.matmul(x, taskloom.asarray(np.ones((32, 8), np.float32)))]))
@@ -95,7 +105,9 @@ def test_the_models_picks_build_without_spills(arch, shape):
     config = choose(found.tunable, target)
     fn = found.build(config, "mm").fn
     used = taskloom.build(fn, target=target, device="emulator").built.resources["mm"]
-    assert not used.spills and used.shared_bytes == config.shared_bytes(4), used
+    dynamic = int(gpu.launch_dims(fn)[2].value)  # past 48 KiB the tiles are in dynamic shared memory
+    assert not used.spills and used.shared_bytes + dynamic == config.shared_bytes(4), used
+    assert (dynamic > 0) == (config.shared_bytes(4) > 48 * 1024)
 
 
 def test_a_float32_model_compiled_with_tf32_runs_on_tensor_cores():

@@ -61,6 +61,7 @@ from taskloom.transforms.names import NameGen
 HALF_TYPES = (float16, bfloat16)
 CHUNK = 8  # 16-bit elements in a 16-byte chunk: what cp.async and one ldmatrix row move
 GROUPS = 8  # 16-byte bank groups in the 128 bytes of shared memory's 32 banks
+STATIC_SHARED = 48 * 1024  # the most a kernel may declare statically; past it its tiles are dynamic
 #: per factor type: the mma shape, its K, and the fragment elements a lane holds of A and B
 MMA = {float16: ("m16n8k16", 16, 8, 4), bfloat16: ("m16n8k16", 16, 8, 4), float32: ("m16n8k8", 8, 4, 2)}
 
@@ -478,7 +479,8 @@ def mma_kernel(con: Contraction, config: MmaConfig, name: str, dtype: DataType |
     fn = S.Function(name, tuple(params), kernel.body(), attrs=(("doc", doc), ("template", "matmul_mma"),
                                                                 ("config", str(config))))
     grid = (-(-con.N // config.block_n), -(-con.M // config.block_m), con.batch)
-    return gpu.cuda_kernel(fn, grid, (config.threads,))
+    tiles = config.shared_bytes(dtype.nbytes)
+    return gpu.cuda_kernel(fn, grid, (config.threads,), tiles if tiles > STATIC_SHARED else 0)
 
 
 def mma_candidate(task: Task, target: CudaTarget, constants: Mapping[int, np.ndarray] | None = None,

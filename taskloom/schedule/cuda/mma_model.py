@@ -4,10 +4,10 @@ rates, take the cheapest).
 
 **The space** is every :class:`~taskloom.schedule.cuda.matmul_mma.MmaConfig` of block tiles
 32-128 on a side, one to four warps of at most 64 x 64 (the accumulators of a larger warp
-tile outgrow the registers), steps of 32 along K, two to four stages, that fits the 48 KiB
-of static shared memory and whose copies divide evenly among its threads. tf32 tiles, of
-float32, take twice the bytes, and their warps keep to 64 rows of m and their pipelines to
-three or four stages (the others spill a few registers in ptxas).
+tile outgrow the registers), steps of 32 along K, two to four stages, whose tiles fit 96 KiB
+of shared memory (dynamic past 48 KiB) and whose copies divide evenly among its threads.
+tf32 tiles, of float32, take twice the bytes, and their warps keep to 64 rows of m and their
+pipelines to three or four stages (the others spill a few registers in ptxas).
 
 **The model** prices a config on a contraction (batch, M, N, K) as the busiest SM's time:
 its share of the blocks (``ceil(blocks / SMs)``, so a tile that leaves SMs idle, or a last
@@ -31,16 +31,18 @@ from taskloom.ir.dtypes import float32
 from taskloom.schedule.cuda.matmul_mma import MmaConfig, factor_type
 from taskloom.target.cuda import CudaTarget
 
-STATIC_SHARED = 48 * 1024
+#: the most shared memory a config may take: two blocks of it fit an SM of every architecture
+#: but sm_86/sm_89's 100 KiB, where one does
+SHARED_LIMIT = 96 * 1024
 MAX_WARP_TILE = 64 * 64
 #: per compute-capability major: (fp16 multiply-adds an SM's tensor cores do a clock with
 #: mma.sync, bytes an SM reads from L2 a clock)
 RATES = {8: (1024, 32), 9: (1024, 48)}
 
 
-def _fits(c: MmaConfig, element_bytes: int) -> bool:
+def _fits(c: MmaConfig, element_bytes: int, shared: int) -> bool:
     wm, wn = c.warp_tile
-    if wm % 16 or wn % 16 or wm * wn > MAX_WARP_TILE or c.shared_bytes(element_bytes) > STATIC_SHARED:
+    if wm % 16 or wn % 16 or wm * wn > MAX_WARP_TILE or c.shared_bytes(element_bytes) > shared:
         return False
     if element_bytes == 4 and (wm > 64 or c.stages == 2):  # in tf32 these spill a few registers
         return False
@@ -48,14 +50,14 @@ def _fits(c: MmaConfig, element_bytes: int) -> bool:
     return all((rows * c.block_k // chunk) % c.threads == 0 for rows in (c.block_m, c.block_n))
 
 
-def space(element_bytes: int = 2) -> list[MmaConfig]:
+def space(element_bytes: int = 2, shared: int = SHARED_LIMIT) -> list[MmaConfig]:
     """Every config of the template's space for factors of ``element_bytes`` (2, or 4 for
-    tf32; see the module docstring)."""
+    tf32) whose tiles fit ``shared`` bytes (see the module docstring)."""
     out = []
     for bm, bn, warps, stages in itertools.product((32, 64, 128), (32, 64, 128), ((1, 1), (1, 2), (2, 1), (2, 2)),
                                                    (2, 3, 4)):
         c = MmaConfig(bm, bn, 32, warps, stages)
-        if bm >= 16 * warps[0] and bn >= 16 * warps[1] and _fits(c, element_bytes):
+        if bm >= 16 * warps[0] and bn >= 16 * warps[1] and _fits(c, element_bytes, shared):
             out.append(c)
     return out
 
@@ -77,4 +79,5 @@ def cycles(con: Contraction, c: MmaConfig, target: CudaTarget, element_bytes: in
 def choose(con: Contraction, target: CudaTarget) -> MmaConfig:
     """The config of least modelled time; ties go to the larger tile, then more stages."""
     nbytes = 4 if target.tf32 and factor_type(con, True) == float32 else 2
-    return min(space(nbytes), key=lambda c: (cycles(con, c, target, nbytes), -c.block_m * c.block_n, -c.stages))
+    shared = min(SHARED_LIMIT, target.shared_memory_per_block)
+    return min(space(nbytes, shared), key=lambda c: (cycles(con, c, target, nbytes), -c.block_m * c.block_n, -c.stages))

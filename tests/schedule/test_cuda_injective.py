@@ -112,3 +112,18 @@ def test_rows_of_no_whole_runs_and_reductions_keep_their_rules():
     assert "a thread an element" in kernel_of(Graph([x], [ops.relu(x)]))[1].attr("doc")
     w = input((3, 40), name="w")
     assert "a warp a row" in kernel_of(Graph([w], [ops.softmax(w, axis=-1)]))[1].attr("doc")
+
+
+@needs_nvcc
+def test_a_reduction_behind_an_elementwise_output_stays_element_by_element():
+    """relu(a depthwise convolution): the output's own definition has no reduction, the
+    node it reads has (and a depthwise convolution is too thin for a matmul template)."""
+    torch = pytest.importorskip("torch")
+    x, w = rng.standard_normal((1, 8, 6, 8)).astype(np.float32), rng.standard_normal((8, 1, 3, 3)).astype(np.float32)
+    xi = input(x.shape, name="x")
+    graph = Graph([xi], [ops.relu(ops.conv2d(xi, taskloom.asarray(w), padding=1, groups=8))])
+    group, fn = kernel_of(graph)
+    assert "a thread an element" in fn.attr("doc")
+    got, _ = run(graph, group, fn, {id(xi): x})
+    want = torch.relu(torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1, groups=8))
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5)

@@ -187,3 +187,24 @@ def test_the_model_fills_the_gpu_and_keeps_large_tiles_for_large_products():
         tiles = -(-128 // small.block_m) * -(-768 // small.block_n)
         assert tiles >= target.num_sms // 2 and cycles(bert, small, target) < cycles(bert, MmaConfig(), target)
     assert 50 <= len(space()) <= 200
+
+
+def test_thin_contractions_are_left_to_the_rules():
+    """A depthwise convolution (one row of weights, K 9) fills 2% of a tensor-core tile: a
+    thread an output does its 9 products; a matrix-vector product (K 768) keeps a template."""
+    torch = pytest.importorskip("torch")
+    from taskloom.compiler.drivers import schedule_kernel
+    from taskloom.schedule.cuda.matmul import matmul_candidate
+    x, w = half(1, 16, 7, 9), half(16, 1, 3, 3)
+    xi = input(x.shape, "float16", name="x")
+    [group] = fuse_graph(Graph([xi], [ops.conv2d(xi, taskloom.asarray(w), padding=1, groups=16)]))
+    assert mma_candidate(group.task, SM80) is None and matmul_candidate(group.task, SM80) is None
+    fn = schedule_kernel(group.task, SM80, "dw").fn
+    assert "a thread an element" in fn.attr("doc")
+    out = np.zeros((1, 16, 7, 9), np.float16)
+    taskloom.build(fn, target=SM80, device="emulator")["dw"](x, w, out)
+    want = torch.nn.functional.conv2d(torch.from_numpy(f32(x)), torch.from_numpy(f32(w)), padding=1, groups=16)
+    np.testing.assert_allclose(f32(out), want.numpy(), rtol=2e-3, atol=2e-3)
+    v = input((1, 768), "float16", name="v")
+    [group] = fuse_graph(Graph([v], [ops.matmul(v, taskloom.asarray(half(768, 768)))]))
+    assert mma_candidate(group.task, SM80) is not None

@@ -27,9 +27,10 @@ from taskloom.transforms.names import NameGen
 VECTOR_BYTES = 16
 
 
-def run_length(task: Task) -> int | None:
+def run_length(task: Task, inline: Callable[[E.Expr], E.Expr]) -> int | None:
     """How many consecutive output elements a thread computes (16 bytes of them), or None
-    where the task is not one this kernel serves."""
+    where the task is not one this kernel serves; ``inline`` reads the task's nodes as reads
+    of its inputs (a reduction anywhere in the output's definition rules it out)."""
     if len(task.outputs) != 1 or not task.outputs[0].shape:
         return None
     out = task.outputs[0]
@@ -37,7 +38,7 @@ def run_length(task: Task) -> int | None:
     run = VECTOR_BYTES // size if size <= VECTOR_BYTES // 2 else 1
     if run < 2 or not isinstance(last, E.Constant) or int(last.value) % run:
         return None
-    if collect(out.value, ReduceCompute):
+    if collect(inline(out.value), ReduceCompute):
         return None
     return run
 

@@ -248,11 +248,24 @@ def matmul_kernel(con: Contraction, config: SimtConfig, name: str) -> S.Function
     return gpu.cuda_kernel(fn, grid, (THREADS,))
 
 
+#: A contraction with fewer rows or columns than this, summing at most THIN_K products an
+#: output, fills a tile too little to pay for it (a depthwise 3x3 convolution: one row, K 9,
+#: 2% of a 32 x 128 x 32 tensor-core tile): a thread an output, its products in a loop, does
+#: only the work there is.
+THIN_SIDE, THIN_K = 16, 64
+
+
+def thin(con: Contraction) -> bool:
+    """Whether ``con`` is left to the rules rather than a matmul template (see THIN_SIDE)."""
+    return min(con.M, con.N) < THIN_SIDE and con.K <= THIN_K  # type: ignore[operator]
+
+
 def matmul_candidate(task: Task, target: CudaTarget, constants: Mapping[int, np.ndarray] | None = None,
                      weights_stream: bool = False) -> Candidate | None:
-    """The template's offer for a contraction; its config comes from :func:`choose_config`."""
+    """The template's offer for a contraction that is not :func:`thin`; its config comes
+    from :func:`choose_config`."""
     con = match_contraction(task, (float32, float16, bfloat16))
-    if con is None or not con.static:
+    if con is None or not con.static or thin(con):
         return None
     return Candidate("matmul_cuda", con,
                      lambda config, name: Scheduled(matmul_kernel(con, config, name), tuple(range(len(task.inputs)))))

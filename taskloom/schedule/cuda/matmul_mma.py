@@ -52,7 +52,7 @@ from taskloom.ir.functor import collect, substitute
 from taskloom.ir.index import row_major_offset, unravel
 from taskloom.ir.mapping import repeat, spatial
 from taskloom.schedule.contraction import Contraction, match_contraction
-from taskloom.schedule.cuda.matmul import _k_contiguous
+from taskloom.schedule.cuda.matmul import _k_contiguous, thin
 from taskloom.schedule.cuda.rules import _Inline, _parameters
 from taskloom.schedule.registry import Candidate, Scheduled
 from taskloom.target.cuda import CudaTarget
@@ -486,9 +486,9 @@ def mma_kernel(con: Contraction, config: MmaConfig, name: str, dtype: DataType |
 def mma_candidate(task: Task, target: CudaTarget, constants: Mapping[int, np.ndarray] | None = None,
                   weights_stream: bool = False) -> Candidate | None:
     """The template's offer for a contraction of 16-bit factors (or float32 ones, where the
-    target allows tf32); its config comes from :func:`taskloom.schedule.cuda.mma_model.choose`."""
+    target allows tf32) that is not thin (:func:`~taskloom.schedule.cuda.matmul.thin`); its config comes from :func:`taskloom.schedule.cuda.mma_model.choose`."""
     con = match_contraction(task, (float32, float16, bfloat16))
-    if con is None or not con.static:
+    if con is None or not con.static or thin(con):
         return None
     dtype = factor_type(con, target.tf32)
     if dtype is None:

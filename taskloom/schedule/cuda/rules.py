@@ -110,11 +110,11 @@ def schedule_task_cuda(task: Task, target: CudaTarget, name: str | None = None) 
         split = row_axes(_Inline({t: t for t in task.inputs}).visit(out.value), out.axes)
         if split is not None:
             return _rows_kernel(task, split, name)
-    run = run_length(task)
+    names, params, tensors = _parameters(task)
+    inline = _Inline(tensors).visit
+    run = run_length(task, inline)
     if run is not None:
-        names, params, tensors = _parameters(task)
-        out = tensors[task.outputs[0]]
-        return vector_kernel(task, params, out, names, _Inline(tensors).visit, run, name or task.name)
+        return vector_kernel(task, params, tensors[task.outputs[0]], names, inline, run, name or task.name)
     return per_element_kernel(task, name)
 
 

@@ -140,6 +140,33 @@ def tf32_loops(target: CudaTarget) -> list[dict[str, Any]]:
     return rows
 
 
+def depthwise_rows(target: CudaTarget) -> list[dict[str, Any]]:
+    """MobileNet-V2-like depthwise 3x3 layers in float16 (with a relu) on the tensor-core
+    template, as they were scheduled before ``matmul.thin``, and by the rules, as now."""
+    from taskloom.ir.dtypes import bfloat16, float16, float32
+    from taskloom.schedule.contraction import match_contraction
+    from taskloom.schedule.cuda.matmul_mma import mma_kernel
+    from taskloom.schedule.cuda.mma_model import choose
+    rows = []
+    for channels, size, stride in ((96, 56, 1), (144, 56, 2)):
+        x = rng.standard_normal((1, channels, size, size)).astype(np.float16)
+        w = rng.standard_normal((channels, 1, 3, 3)).astype(np.float16)
+        xi = input(x.shape, "float16", name="x")
+        [group] = fuse_graph(Graph([xi], [ops.relu(ops.conv2d(xi, taskloom.asarray(w), stride=stride, padding=1,
+                                                              groups=channels))]))
+        con = match_contraction(group.task, (float32, float16, bfloat16))
+        for name, fn in (("tensor-core template", mma_kernel(con, choose(con, target), "k")),
+                         ("rules", schedule_task_cuda(group.task, target, "k"))):
+            module = taskloom.build(fn, target=target, device="emulator")
+            side = (size - 1) // stride + 1
+            c = module["k"](x, w, np.zeros((1, channels, side, side), np.float16)).counters
+            rows.append({"layer": f"{channels}x{size}x{size}, stride {stride}", "schedule": name,
+                         "warp_instructions": sum(c.instructions.values()), "mma": c.instructions["mma"],
+                         "global_load_requests": c.global_load_requests, "global_load_sectors": c.global_load_sectors,
+                         "registers": module.built.resources["k"].registers})
+    return rows
+
+
 def attention_rows(target: CudaTarget) -> list[dict[str, Any]]:
     """The attention template on BERT-base's heads (12 of 64, 128 and 512 tokens, float16):
     the SASS main loop (one block of keys), ptxas's registers and the emulator's counters."""
@@ -176,9 +203,15 @@ def main() -> None:
     print("\n| template | config | " + " | ".join(cols) + " |\n|" + "---|" * (len(cols) + 2))
     for r in loops:
         print(f"| {r['template']} | {r['config']} | " + " | ".join(str(r.get(k, "-")) for k in cols) + " |")
+    depthwise = depthwise_rows(target)
+    cols = ("layer", "schedule", "warp_instructions", "mma", "global_load_requests", "global_load_sectors", "registers")
+    print("\n| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
+    for r in depthwise:
+        print("| " + " | ".join(f"{r[k]:,}" if isinstance(r[k], int) else str(r[k]) for k in cols) + " |")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"arch": args.arch, "rows": rows, "matmul_main_loops": loops}, f, indent=2)
+            json.dump({"arch": args.arch, "rows": rows, "matmul_main_loops": loops, "depthwise": depthwise}, f,
+                      indent=2)
 
 
 if __name__ == "__main__":

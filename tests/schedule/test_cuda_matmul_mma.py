@@ -138,7 +138,7 @@ def test_every_config_builds_without_spills(arch, config):
 def test_the_template_serves_16_bit_contractions_only():
     x16, x32 = input((16, 32), "float16", name="h"), input((16, 32), name="s")
     for x, dtype, served in ((x16, np.float16, True), (x32, np.float32, False)):
-        [group] = fuse_graph(Graph([x], [ops.matmul(x, taskloom.asarray(np.ones((32, 8), dtype)))]))
+        [group] = fuse_graph(Graph([x], [ops.matmul(x, taskloom.asarray(np.ones((32, 16), dtype)))]))
         assert (mma_candidate(group.task, SM80) is not None) == served
 
 

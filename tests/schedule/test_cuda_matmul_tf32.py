@@ -88,7 +88,7 @@ def test_the_large_tile_runs_from_dynamic_shared_memory():
 
 def test_tf32_is_chosen_by_the_target_only():
     x = input((16, 32), name="x")
-    [group] = fuse_graph(Graph([x], [ops.matmul(x, taskloom.asarray(np.ones((32, 8), np.float32)))]))
+    [group] = fuse_graph(Graph([x], [ops.matmul(x, taskloom.asarray(np.ones((32, 16), np.float32)))]))
     assert mma_candidate(group.task, CudaTarget.from_arch("sm_80")) is None
     assert mma_candidate(group.task, TF32) is not None
 

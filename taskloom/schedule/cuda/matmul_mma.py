@@ -261,7 +261,7 @@ class _Kernel:
         self.shape, self.kstep, a_elements, b_elements = MMA[dtype]
         v = lambda n: E.Var(names.fresh(n), index_type)  # noqa: E731
         self.tid, self.warp, self.lane = v("tid"), v("warp"), v("lane")
-        self.bm, self.bn, self.bz, self.k0 = v("bm"), v("bn"), v("batch"), v("k0")
+        self.bm, self.bn, self.bz = v("bm"), v("bn"), v("batch")
         self.A = _factor(con, "A", con.a, con.vm, con.M, config.block_m, dtype.nbytes)
         self.B = _factor(con, "B", con.b, con.vn, con.N, config.block_n, dtype.nbytes)
         self.tiles = {f.name: self._tile(f) for f in (self.A, self.B)}
@@ -352,18 +352,37 @@ class _Kernel:
 
     def _main_loop(self, steps: int) -> S.Stmt:
         """Each step: wait for its slot, request the step ``stages - 1`` ahead into the slot
-        the last step read, multiply. The slots rotate in two counters (no division)."""
+        the last step read, multiply. The loop runs in groups of ``stages`` steps, unrolled,
+        so that each step's slots are constants: every shared address is then a register
+        set before the loop plus an immediate (a rotating slot had cost two integer
+        instructions an ldmatrix). Fragments the lanes read (tf32 [k][x]) have an address
+        each already, and the unrolled group spills: there the slots rotate in two counters."""
         c = self.c
-        read, write = (E.Var(self.names.fresh(n), index_type) for n in ("read_slot", "write_slot"))
-        ahead = self.k0 + (c.stages - 1)
-        advance = lambda v: S.Assign(v, E.select(v + 1 < c.stages, v + 1, E.as_expr(0)))  # noqa: E731
+        comment = S.Comment(f"steps of {c.block_k} along K, {c.stages - 1} requested ahead of the one multiplied")
+        if self._lane_reads(self.A) or self._lane_reads(self.B):
+            read, write, k0 = (E.Var(self.names.fresh(n), index_type) for n in ("read_slot", "write_slot", "k0"))
+            advance = lambda v: S.Assign(v, E.select(v + 1 < c.stages, v + 1, E.as_expr(0)))  # noqa: E731
+            return S.seq([comment, S.Declare(read, E.as_expr(0)), S.Declare(write, E.as_expr(c.stages - 1)),
+                          S.For(k0, E.as_expr(steps), S.seq([self._step(k0, read, write, steps),
+                                                              advance(read), advance(write)]))])
+        groups, tail = divmod(steps, c.stages)
+        kq, s, t = self._vars("kq", "s", "t")
+        ahead = lambda slot: (slot + (c.stages - 1)) % c.stages  # noqa: E731
         return S.seq([
-            S.Comment(f"steps of {c.block_k} along K, {c.stages - 1} requested ahead of the one multiplied"),
-            S.Declare(read, E.as_expr(0)), S.Declare(write, E.as_expr(c.stages - 1)),
-            S.For(self.k0, E.as_expr(steps), S.seq([
-                gpu.CpAsyncWait(c.stages - 2), S.Barrier(),
-                S.If(ahead < steps, self._load(write, ahead)), gpu.CpAsyncCommit(),
-                self._compute(read), advance(read), advance(write)]))])
+            comment, S.Comment(f"in groups of {c.stages}, one a slot"),
+            *([S.For(kq, E.as_expr(groups), S.For(s, E.as_expr(c.stages),
+                                                 self._step(kq * c.stages + s, s, ahead(s), steps), "unroll"))]
+              if groups else []),
+            *([S.For(t, E.as_expr(tail), self._step(groups * c.stages + t, t, ahead(t), steps), "unroll")]
+              if tail else [])])
+
+    def _step(self, k0: E.Expr, read: E.Expr, write: E.Expr, steps: int) -> S.Stmt:
+        """Step ``k0``, which multiplies slot ``read`` (``k0 % stages``) and requests step
+        ``k0 + stages - 1`` into slot ``write``."""
+        c = self.c
+        ahead = k0 + (c.stages - 1)
+        return S.seq([gpu.CpAsyncWait(c.stages - 2), S.Barrier(),
+                      S.If(ahead < steps, self._load(write, ahead)), gpu.CpAsyncCommit(), self._compute(read)])
 
     def _warp_tiles(self, body: Callable[[E.Expr, E.Expr], S.Stmt]) -> S.Stmt:
         """``body(wm, wn)``: the warp's place in the block's tile, in elements."""

@@ -186,6 +186,34 @@ def attention_rows(target: CudaTarget) -> list[dict[str, Any]]:
     return rows
 
 
+#: issue 29's bar shapes (M, N, K) and cuBLAS's float16 TFLOP/s on an H100 SXM for each (the
+#: anchors of the issue, measured with PyTorch 2.11 / CUDA 13): what a prediction stands beside
+BAR_SHAPES = {(4096, 4096, 4096): 717, (2048, 2048, 2048): 456, (2039, 2039, 2039): 122, (128, 3072, 768): 31,
+              (128, 768, 768): None, (128, 768, 3072): None, (128, 2304, 768): None}
+
+
+def predictions(target: CudaTarget) -> list[dict[str, Any]]:
+    """The analytic model's pick and predicted TFLOP/s for each bar shape, in float16 and
+    tf32: the model's rates are estimates from published peaks, so the first GPU run tests
+    them (a config's time is the busiest SM's blocks at the model's mma and L2 rates)."""
+    import dataclasses
+    import types
+    from taskloom.schedule.cuda import mma_model
+    rows = []
+    for tf32 in (False, True):
+        t = dataclasses.replace(target, tf32=tf32)
+        nbytes = 4 if tf32 else 2
+        for (M, N, K), anchor in BAR_SHAPES.items():
+            con = types.SimpleNamespace(batch=1, M=M, N=N, K=K)
+            config = min(mma_model.space(nbytes, min(mma_model.SHARED_LIMIT, t.shared_memory_per_block)),
+                         key=lambda c: (mma_model.cycles(con, c, t, nbytes), -c.block_m * c.block_n, -c.stages))
+            seconds = mma_model.cycles(con, config, t, nbytes) / (t.clock_mhz * 1e6)
+            rows.append({"dtype": "tf32" if tf32 else "float16", "shape": f"{M}x{N}x{K}", "config": str(config),
+                         "predicted_tflops": round(2 * M * N * K / seconds / 1e12, 1),
+                         "cublas_fp16_tflops": anchor if not tf32 else None})
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--arch", default="sm_90a")
@@ -203,6 +231,11 @@ def main() -> None:
     print("\n| template | config | " + " | ".join(cols) + " |\n|" + "---|" * (len(cols) + 2))
     for r in loops:
         print(f"| {r['template']} | {r['config']} | " + " | ".join(str(r.get(k, "-")) for k in cols) + " |")
+    predicted = predictions(target)
+    cols = ("dtype", "shape", "config", "predicted_tflops", "cublas_fp16_tflops")
+    print("\n| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
+    for r in predicted:
+        print("| " + " | ".join("-" if r[k] is None else str(r[k]) for k in cols) + " |")
     depthwise = depthwise_rows(target)
     cols = ("layer", "schedule", "warp_instructions", "mma", "global_load_requests", "global_load_sectors", "registers")
     print("\n| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
@@ -210,7 +243,8 @@ def main() -> None:
         print("| " + " | ".join(f"{r[k]:,}" if isinstance(r[k], int) else str(r[k]) for k in cols) + " |")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"arch": args.arch, "rows": rows, "matmul_main_loops": loops, "depthwise": depthwise}, f,
+            json.dump({"arch": args.arch, "rows": rows, "matmul_main_loops": loops, "predictions": predicted,
+                       "depthwise": depthwise}, f,
                       indent=2)
 
 

@@ -39,8 +39,8 @@ class _CudaKernelCodegen(CFamilyCodegen):
         self.where = f"CUDA kernel '{fn.name}'"
         self.written = gpu.written_tensors(fn.body)
         dynamic = gpu.launch_dims(fn)[2]
-        # with dynamic shared memory, the shared buffers are laid out in it (past 48 KiB a
-        # kernel's shared memory can only be dynamic): the next free byte, and the size
+        # with dynamic shared memory of a static size, the shared buffers are laid out in it
+        # (past 48 KiB a kernel's shared memory can only be dynamic): the next free byte, and the size
         self.dynamic_offset, self.dynamic_bytes = 0, int(dynamic.value) if E.is_const(dynamic) else None  # type: ignore[attr-defined]
 
     def ctype(self, t: Type, where: str = "") -> str:
@@ -118,7 +118,7 @@ class _CudaKernelCodegen(CFamilyCodegen):
             raise CodegenError(f"{self.where}: buffer '{s.var.name}' has the symbolic size {size!r}; "
                                "shared and register buffers need a static size")
         ctype, name = self.ctype(t.dtype, self.where), c_name(s.var.name)
-        if s.scope == "shared" and self.dynamic_bytes != 0:
+        if s.scope == "shared" and self.dynamic_bytes:
             self.dynamic_buffer(s.var.name, ctype, int(size.value) * t.dtype.nbytes, d)  # type: ignore[attr-defined]
             return
         prefix = "__shared__ " if s.scope == "shared" else ""
@@ -127,9 +127,7 @@ class _CudaKernelCodegen(CFamilyCodegen):
 
     def dynamic_buffer(self, name: str, ctype: str, nbytes: int, d: int) -> None:
         """A shared buffer at the next 16-byte boundary of the kernel's dynamic shared memory."""
-        if self.dynamic_bytes is None:
-            raise CodegenError(f"{self.where}: its dynamic shared memory has a symbolic size; shared buffers "
-                               "are laid out in it at static offsets, so it needs a static size")
+        assert self.dynamic_bytes is not None
         start = -(-self.dynamic_offset // 16) * 16
         self.dynamic_offset = start + nbytes
         if self.dynamic_offset > self.dynamic_bytes:
@@ -147,7 +145,7 @@ class _CudaKernelCodegen(CFamilyCodegen):
         symbol = c_symbol(self.fn.name)
         self.emit(0, f'extern "C" __global__ void {bounds}{symbol}({params}) {{')
         shared = [x for x in collect(self.fn.body, S.Declare) if x.scope == "shared"]  # type: ignore[attr-defined]
-        if shared and self.dynamic_bytes != 0:
+        if shared and self.dynamic_bytes:
             self.emit(1, "extern __shared__ __align__(16) unsigned char tl_dynamic_shared[];")
         self.block(self.fn.body, 1)
         self.emit(0, "}")

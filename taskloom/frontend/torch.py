@@ -294,12 +294,14 @@ class CompiledFunction:
         self.symbolic, self._ranges, self._symbol_names = False, {}, {}
 
     def _key(self, args: Sequence[Any]) -> tuple:
+        # the float32 matmul precision picks tf32 for CUDA inputs with no target (see _target)
+        precision = torch.get_float32_matmul_precision()
         if self.symbolic:  # sizes vary within one program; the symbols' values are no key
             return (tuple(args[k].dtype for k in self._inputs_at),
                     tuple(args[k] for k in self._values_at if not isinstance(args[k], (int, torch.SymInt))),
-                    tuple(args[k].item() for k in self._scalars_at))
+                    tuple(args[k].item() for k in self._scalars_at), precision)
         return (tuple((tuple(args[k].shape), args[k].dtype) for k in self._inputs_at),
-                tuple(args[k] for k in self._values_at))
+                tuple(args[k] for k in self._values_at), precision)
 
     def _state(self, args: Sequence[Any]) -> tuple[tuple, list]:
         """The parameters and buffers a program freezes as constants, and their versions (an
@@ -378,7 +380,7 @@ class CompiledFunction:
             if self.options.device == "emulator":
                 raise _OptionsError("taskloom backend: option device='emulator' needs a CUDA target naming the "
                                     "architecture to emulate, e.g. options={'target': 'cuda:sm_90', ...}")
-            return "cuda -tf32" if torch.get_float32_matmul_precision() != "highest" else "cuda"
+            return gpu_target()
         if on_gpu and not str(getattr(target, "kind", target)).startswith("cuda"):
             raise _OptionsError(f"taskloom backend: the inputs are CUDA tensors and the target is {target!r}; "
                                 "pass target='cuda' (or None), or move the inputs to the CPU")
@@ -387,6 +389,13 @@ class CompiledFunction:
     def __call__(self, *args: Any) -> Any:
         program = self._specialize(args)
         return program.run(args) if isinstance(program, _Program) else program(*args)
+
+
+def gpu_target() -> str:
+    """The target of CUDA inputs when the options name none: this machine's GPU, with tf32
+    products where torch allows them for float32 matmuls (a precision other than "highest",
+    ``torch.set_float32_matmul_precision("high")``)."""
+    return "cuda -tf32" if torch.get_float32_matmul_precision() != "highest" else "cuda"
 
 
 def _first_line(e: BaseException) -> str:

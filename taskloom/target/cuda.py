@@ -46,8 +46,10 @@ class CudaTarget(Target):
     ``arch`` is what nvcc builds for (``sm_80``, ``sm_90a``: the ``a`` unlocks Hopper's
     architecture-specific instructions, wgmma and TMA); the rest are that GPU's limits.
     Memory sizes are in bytes. ``tf32`` allows float32 products on the tensor cores as
-    tf32 (10 bits of mantissa, as ``torch.backends.cuda.matmul.allow_tf32`` does); off by
-    default, since it changes results in their fourth digit.
+    tf32 (10 bits of mantissa: the trade ``torch.backends.cuda.matmul.allow_tf32`` makes);
+    off by default, since it changes results in their fourth digit. The factors go to the
+    tensor cores unrounded, and the emulator drops their low 13 bits; libraries that round
+    them to nearest first differ in each factor's last bit.
     """
 
     kind = "cuda"

@@ -65,6 +65,18 @@ def test_the_emulator_needs_a_cuda_target():
         assert isinstance(unwrap_error(info.value), FrontendError)
 
 
+def test_cuda_inputs_take_tf32_where_torch_allows_it():
+    from taskloom.frontend.torch import gpu_target
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        assert gpu_target() == "cuda"
+        torch.set_float32_matmul_precision("high")
+        assert gpu_target() == "cuda -tf32"
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
 @pytest.mark.cuda
 def test_cuda_tensors_compile_for_the_gpu_they_are_on():
     model = ConvNet().eval().cuda()

@@ -52,3 +52,21 @@ def test_the_module_names_its_kernels_and_source():
     assert mod.built.resources["mma16"].barriers == 1
     with pytest.raises(KeyError, match="it has mma16"):
         mod["missing"]
+
+
+def test_pointers_must_be_aligned_to_the_widest_access_of_their_parameter():
+    from taskloom.runtime.cuda_module import _device_pointer, wide_access_alignment
+    from taskloom.runtime.signature import Param
+    from tests.runtime.emulator.kernels import WIDE_SCALE, build
+    assert wide_access_alignment(build(WIDE_SCALE)) == {"x": 16, "y": 16}
+    assert wide_access_alignment(build(REDUCE)) == {}
+
+    class Device:  # a CUDA array seen through its interface, at a chosen address
+        def __init__(self, address):
+            self.__cuda_array_interface__ = {"data": (address, False)}
+    p = Param(0, "x", "tensor", "float32", (64,))
+    assert _device_pointer("k", p, Device(4096), 16).value == 4096
+    assert _device_pointer("k", p, Device(4100), 4).value == 4100
+    with pytest.raises(ArgumentError, match=r"kernel 'k': argument 'x' starts at an address that is not a multiple "
+                                            r"of 16 bytes.*x.clone\(\)"):
+        _device_pointer("k", p, Device(4100), 16)

@@ -81,19 +81,26 @@ def test_a_quarter_of_the_requests_for_the_same_sectors():
 
 
 @needs_nvcc
-def test_reads_off_the_grid_stay_element_by_element():
-    """A slice starting at column 1, a transpose and a row of 42 (not whole runs) are read
-    one element at a time; the run's own input still comes in one copy."""
+def test_reads_off_the_grid_leave_the_task_to_the_per_element_rule():
+    """A slice starting at column 1, a transpose, a row of 42 (not whole runs): read a run at
+    a time they would take twice the sectors of consecutive threads, so the rule is kept;
+    a scalar and a broadcast column are loaded once a run."""
     x, t, odd = input((8, 44), name="x"), input((40, 8), name="t"), input((8, 42), name="odd")
-    y = input((8, 40), name="y")
-    out = y + ops.slice(x, 1, 1, 41) + ops.transpose(t, 0, 1) + ops.slice(odd, 1, 0, 40)
-    graph = Graph([y, x, t, odd], [out])
+    y, col = input((8, 40), name="y"), input((8, 1), name="col")
+    feeds = {id(v): rng.standard_normal(tuple(v.shape)).astype(np.float32) for v in (x, t, odd, y, col)}
+    for other, want in ((ops.slice(x, 1, 1, 41), feeds[id(x)][:, 1:41]), (ops.transpose(t, 0, 1), feeds[id(t)].T),
+                        (ops.slice(odd, 1, 0, 40), feeds[id(odd)][:, :40])):
+        graph = Graph([y, x, t, odd], [y + other])
+        group, fn = kernel_of(graph)
+        assert "a thread an element" in fn.attr("doc")
+        got, _ = run(graph, group, fn, feeds)
+        np.testing.assert_allclose(got, feeds[id(y)] + want, rtol=1e-6)
+    graph = Graph([y, col], [y * col + 2.0])
     group, fn = kernel_of(graph)
     assert wide_loads(group, fn) == [("y", 16)]
-    feeds = {id(v): rng.standard_normal(tuple(v.shape)).astype(np.float32) for v in (x, t, odd, y)}
-    got, _ = run(graph, group, fn, feeds)
-    want = feeds[id(y)] + feeds[id(x)][:, 1:41] + feeds[id(t)].T + feeds[id(odd)][:, :40]
-    np.testing.assert_allclose(got, want, rtol=1e-6)
+    got, counters = run(graph, group, fn, feeds)
+    np.testing.assert_allclose(got, feeds[id(y)] * feeds[id(col)] + 2, rtol=1e-6)
+    assert counters.global_load_requests == 3 * 3  # 80 runs in 3 warps, each loading y, col and the scalar once
 
 
 @needs_nvcc

@@ -77,6 +77,18 @@ def test_k_contiguous_factors_come_by_ldmatrix_and_the_others_by_the_lanes():
     assert report.instructions["ldmatrix"] == 0 and report.counters.shared_load_conflicts == 0
 
 
+@pytest.mark.parametrize("b_k_inner", [False, True], ids=["slots rotating", "slots unrolled"])
+def test_many_steps_reuse_every_slot(b_k_inner):
+    """K of 9 steps through 3 slots: lane-read fragments rotate two slot counters, ldmatrix
+    ones run in unrolled groups of 3 steps; both reuse each slot three times."""
+    config = MmaConfig(64, 64, 32, (2, 2), 3)
+    graph, feeds, want = product(40, 280, 72, True, b_k_inner)
+    out, report, fn, _, _ = run(graph, feeds, config)
+    assert ("read_slot" in repr(fn.body)) == (not b_k_inner)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
+    assert report.counters.bank_conflicts == 0 and report.instructions["mma"] == mma_count(40, 72, 280, config)
+
+
 def test_the_large_tile_runs_from_dynamic_shared_memory():
     config = MmaConfig(128, 128, 32, (2, 2), 3)  # 96 KiB of float32 tiles
     graph, feeds, want = product(130, 72, 136, True, False)

@@ -5,9 +5,12 @@ wide copy into registers, computes the run there, and stores it with another wid
 A warp of scalar float32 loads moves 128 bytes a request; a warp of 16-byte loads moves
 512, so the same bytes take a quarter of the load and store instructions and the kernel
 stays at the memory's bandwidth with fewer warps in flight. A run never crosses a row:
-this kernel serves outputs whose last axis is static and a multiple of the run. Reads in
-any other pattern (a broadcast, a transpose, a gather, a slice off the 16-byte grid) stay
-element by element, as in the per-element rule.
+this kernel serves outputs whose last axis is static and a multiple of the run, and whose
+reads are each either a run of their own (consecutive and on the 16-byte grid: a bias row,
+a same-shaped input) or the same for the whole run (a scalar, a broadcast column), loaded
+once. A task with any other read (a transpose, a gather along the row, a slice off the
+grid) is left to the per-element rule: read element by element with runs of 4 lanes
+apart, such loads would touch twice the sectors that consecutive threads do.
 """
 from __future__ import annotations
 
@@ -44,10 +47,11 @@ def run_length(task: Task, inline: Callable[[E.Expr], E.Expr]) -> int | None:
 
 
 def vector_kernel(task: Task, params: list[E.Var], out: E.Var, names: NameGen,
-                  inline: Callable[[E.Expr], E.Expr], run: int, name: str) -> S.Function:
+                  inline: Callable[[E.Expr], E.Expr], run: int, name: str) -> S.Function | None:
     """``task`` with a thread for each ``run`` consecutive elements of its output ``out``
-    (see the module docstring); ``params``, ``names`` and ``inline`` (reads of the task's
-    nodes as reads of the parameters) are the per-element rule's."""
+    (see the module docstring), or None where a read is neither a run nor the same for the
+    run; ``params``, ``names`` and ``inline`` (reads of the task's nodes as reads of the
+    parameters) are the per-element rule's."""
     node: GridCompute = task.outputs[0]
     width = int(simplify_expr(E.as_expr(node.shape[-1])).value)  # type: ignore[attr-defined]
     runs = (*node.shape[:-1], E.as_expr(width // run))
@@ -56,7 +60,10 @@ def vector_kernel(task: Task, params: list[E.Var], out: E.Var, names: NameGen,
     k = E.Var(names.fresh("k"), index_type)
     first = lead[-1] * run
     value = inline(substitute(node.value, dict(zip(node.axes, (*lead[:-1], first + k)))))
-    loads, value = _wide_reads(value, k, run, lead, names)
+    found = _wide_reads(value, k, run, lead, names)
+    if found is None:
+        return None
+    loads, value = found
     result = E.Var(names.fresh(f"{node.name}_run"), TensorType(node.dtype, (E.as_expr(run),)))
     body = S.seq([
         *[S.Let(v, e) for v, e in zip(lead, unravel(q, runs))],
@@ -85,10 +92,12 @@ def _copies(dst: E.TensorElement, src: E.TensorElement, run: int) -> list[S.Stmt
     return [gpu.VectorCopy(at(dst, c), at(src, c), step) for c in range(nbytes // step)]
 
 
-def _wide_reads(value: E.Expr, k: E.Var, run: int, lead: list[E.Var], names: NameGen) -> tuple[list[S.Stmt], E.Expr]:
+def _wide_reads(value: E.Expr, k: E.Var, run: int, lead: list[E.Var],
+                names: NameGen) -> tuple[list[S.Stmt], E.Expr] | None:
     """The reads of ``value`` that take ``run`` consecutive, aligned elements as ``k`` goes
     over the run, each loaded once into a register buffer, and the reads the same for every
-    ``k`` (a broadcast), each loaded once into a register; ``value`` reading those."""
+    ``k`` (a broadcast), each loaded once into a register; ``value`` reading those. None
+    where a read is neither."""
     loads: list[S.Stmt] = []
     swaps: dict[str, E.Expr] = {}
     e: E.TensorElement
@@ -102,7 +111,7 @@ def _wide_reads(value: E.Expr, k: E.Var, run: int, lead: list[E.Var], names: Nam
             swaps[key] = v
             continue
         if not _consecutive(e, k, run):
-            continue
+            return None
         name = getattr(e.tensor, "name", "input")
         buf = E.Var(names.fresh(f"{name}_run"), TensorType(e.type, (E.as_expr(run),)))
         *rest, last = e.indices

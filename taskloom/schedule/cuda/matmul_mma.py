@@ -62,8 +62,9 @@ HALF_TYPES = (float16, bfloat16)
 CHUNK = 8  # 16-bit elements in a 16-byte chunk: what cp.async and one ldmatrix row move
 GROUPS = 8  # 16-byte bank groups in the 128 bytes of shared memory's 32 banks
 STATIC_SHARED = 48 * 1024  # the most a kernel may declare statically; past it its tiles are dynamic
-#: per factor type: the mma shape, its K, and the fragment elements a lane holds of A and B
-MMA = {float16: ("m16n8k16", 16, 8, 4), bfloat16: ("m16n8k16", 16, 8, 4), float32: ("m16n8k8", 8, 4, 2)}
+#: per factor type, the mma shape (float32: tf32); its K, and the fragments of A and B, are
+#: the shape's (:data:`taskloom.ir.gpu.MMA_SHAPES`)
+MMA_SHAPE = {float16: "m16n8k16", bfloat16: "m16n8k16", float32: "m16n8k8"}
 
 
 @dataclass(frozen=True)
@@ -258,7 +259,9 @@ class _Kernel:
                  read: Callable[[E.Expr, dict], E.Expr], out: E.Var, names: NameGen):
         _valid(config, 16 // dtype.nbytes)
         self.con, self.c, self.dtype, self.read, self.out, self.names = con, config, dtype, read, out, names
-        self.shape, self.kstep, a_elements, b_elements = MMA[dtype]
+        self.shape = MMA_SHAPE[dtype]
+        self.kstep = int(self.shape.rsplit("k", 1)[1])
+        _, a_elements, b_elements = gpu.MMA_SHAPES[self.shape]
         v = lambda n: E.Var(names.fresh(n), index_type)  # noqa: E731
         self.tid, self.warp, self.lane = v("tid"), v("warp"), v("lane")
         self.bm, self.bn, self.bz = v("bm"), v("bn"), v("batch")

@@ -31,8 +31,8 @@ from taskloom.ir.dtypes import float32
 from taskloom.schedule.cuda.matmul_mma import MmaConfig, factor_type
 from taskloom.target.cuda import CudaTarget
 
-#: the most shared memory a config may take: two blocks of it fit an SM of every architecture
-#: but sm_86/sm_89's 100 KiB, where one does
+#: the most shared memory a config may take: one block of it fits an SM of every architecture
+#: here, two fit sm_90's 228 KiB (the model does not count the blocks an SM holds at once)
 SHARED_LIMIT = 96 * 1024
 MAX_WARP_TILE = 64 * 64
 #: per compute-capability major: (fp16 multiply-adds an SM's tensor cores do a clock with

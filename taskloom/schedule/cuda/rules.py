@@ -5,8 +5,9 @@ The rules:
 - A row reduction (softmax, layer_norm, a sum over the last axes: reductions that depend
   only on the output's leading axes) gets a warp or a block per row
   (:mod:`taskloom.schedule.cuda.rows`).
-- An injective task whose output rows are whole 16-byte runs gets a thread per run, its
-  loads and stores 16 bytes wide (:mod:`taskloom.schedule.cuda.injective`).
+- An injective task whose output rows are whole 16-byte runs, and whose reads are runs too
+  or the same for a run, gets a thread per run, its loads and stores 16 bytes wide
+  (:mod:`taskloom.schedule.cuda.injective`).
 - Any other task gets one thread per element of the largest output, 256 threads a block,
   consecutive threads on consecutive elements (so a warp's loads and stores of a row-major
   tensor coalesce); a thread past the end does nothing, so any size works. Its reductions
@@ -113,9 +114,9 @@ def schedule_task_cuda(task: Task, target: CudaTarget, name: str | None = None) 
     names, params, tensors = _parameters(task)
     inline = _Inline(tensors).visit
     run = run_length(task, inline)
-    if run is not None:
-        return vector_kernel(task, params, tensors[task.outputs[0]], names, inline, run, name or task.name)
-    return per_element_kernel(task, name)
+    wide = None if run is None else vector_kernel(task, params, tensors[task.outputs[0]], names, inline, run,
+                                                   name or task.name)
+    return wide if wide is not None else per_element_kernel(task, name)
 
 
 def per_element_kernel(task: Task, name: str | None = None) -> S.Function:

@@ -208,3 +208,15 @@ def test_thin_contractions_are_left_to_the_rules():
     v = input((1, 768), "float16", name="v")
     [group] = fuse_graph(Graph([v], [ops.matmul(v, taskloom.asarray(half(768, 768)))]))
     assert mma_candidate(group.task, SM80) is not None
+
+
+@pytest.mark.parametrize("K, piece", [(68, 8), (70, 4)])
+def test_rows_aligned_to_8_or_4_bytes_come_by_smaller_copies(K, piece):
+    """A row of 68 halves starts every 136 bytes (8-byte aligned), one of 70 every 140 (4):
+    cp.async moves them in 8- or 4-byte pieces, still asynchronous, into the same swizzled tile."""
+    a, w = half(40, K), half(K, 24)
+    ai = input(a.shape, "float16", name="a")
+    out, report, fn, _ = run(Graph([ai], [ops.matmul(ai, taskloom.asarray(w))]), {"a": a}, CONFIGS[1])
+    assert f"A into [m][k] by cp.async of {piece} bytes" in fn.attr("doc")
+    np.testing.assert_allclose(f32(out), f32(a) @ f32(w), rtol=2e-3, atol=5e-2)
+    assert report.counters.bank_conflicts == 0 and report.instructions["cp_async"] > 0

@@ -144,3 +144,11 @@ def test_every_tf32_config_of_the_space_builds_without_spills(arch):
     fns = [found.build(c, f"mm{k}").fn for k, c in enumerate(space(4))]
     used = taskloom.build(fns, target=target, device="emulator").built.resources
     assert not [(c, used[f"mm{k}"]) for k, c in enumerate(space(4)) if used[f"mm{k}"].spills]
+
+
+def test_float32_rows_of_any_length_come_by_cp_async():
+    graph, feeds, want = product(37, 45, 29, True, False)  # rows of 45 and 29 floats: 4-byte aligned only
+    out, report, fn, _, _ = run(graph, feeds, CONFIGS[1])
+    assert "A into [m][k] by cp.async of 4 bytes; B into [k][n] by cp.async of 4 bytes" in fn.attr("doc")
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
+    assert report.counters.bank_conflicts == 0

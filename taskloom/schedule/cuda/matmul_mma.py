@@ -15,9 +15,10 @@ per ``blockIdx.z``) in steps of ``block_k`` along ``K``:
 1. **load**: each factor's tile goes into a shared buffer of ``stages`` slots. A factor that
    is a plain read, contiguous along one axis in rows whose starts are 16-byte aligned, is
    copied by ``cp.async`` in 16-byte chunks (consecutive threads on consecutive chunks, so
-   a warp's reads coalesce; a chunk past ``M``, ``N`` or ``K`` is zero-filled, no branch).
-   Any other factor (a convolution's window, a prologue, an odd row length) is computed
-   element by element into the slot. The tile keeps the factor's contiguous axis
+   a warp's reads coalesce; a chunk past ``M``, ``N`` or ``K`` is zero-filled, no branch);
+   rows aligned to 8 or 4 bytes only are copied in pieces of that size. Any other factor (a
+   convolution's window, a prologue, an odd row of 16-bit elements) is computed element by
+   element into the slot. The tile keeps the factor's contiguous axis
    contiguous: ``[m][k]`` for a row-major A, ``[k][m]`` for a transposed one, and the same
    for B; ``ldmatrix`` (with ``.trans`` where needed) turns either into the fragments.
    float32 elements cannot be transposed by ``ldmatrix``: a tf32 tile laid ``[k][m]`` is
@@ -139,7 +140,8 @@ def factor_type(con: Contraction, tf32: bool) -> DataType | None:
 class _Factor:
     """One factor as the template reads it: ``outer`` is its axis of the tile (m for A, n
     for B); ``k_inner`` says whether its shared tile is ``[outer][k]`` (K contiguous) or
-    ``[k][outer]``; ``copy`` whether ``cp.async`` fills it (else element by element)."""
+    ``[k][outer]``; ``copy`` the bytes of each ``cp.async`` that fills it (16, or 8 or 4
+    where its rows are aligned to no more), 0 where its threads compute it element by element."""
 
     name: str
     expr: E.Expr
@@ -147,7 +149,7 @@ class _Factor:
     extent: int
     block: int
     k_inner: bool
-    copy: bool
+    copy: int
 
 
 #: Batches whose every row start copies checks one by one; past it a factor is computed.
@@ -155,13 +157,13 @@ ALIGNMENT_CHECKS = 1024
 
 
 def copies_rows(read: E.Expr, vb: E.Var, batch: int, row: E.Var, col: E.Var, cols: int,
-                nbytes: int = 2) -> bool:
+                nbytes: int = 2, copy: int = 16) -> bool:
     """Whether cp.async can copy ``read`` (a factor of ``vb < batch``, ``row`` and ``col``)
-    in 16-byte chunks: one tensor element of ``nbytes``, contiguous along ``col`` (``cols``
-    of them, a whole number of chunks), whose rows start 16-byte aligned in every batch
-    element."""
+    in pieces of ``copy`` bytes: one tensor element of ``nbytes``, contiguous along ``col``
+    (``cols`` of them, a whole number of pieces), whose rows start ``copy``-byte aligned in
+    every batch element."""
     element = read.value if isinstance(read, E.Cast) else read
-    chunk = 16 // nbytes
+    chunk = copy // nbytes
     if not isinstance(element, E.TensorElement) or element.type.nbytes != nbytes or cols % chunk \
             or batch > ALIGNMENT_CHECKS:
         return False
@@ -182,12 +184,15 @@ def _constant(e: E.Expr) -> int:
 def _factor(con: Contraction, name: str, expr: E.Expr, outer: E.Var, extent: int, block: int,
             nbytes: int) -> _Factor:
     """How to load ``expr``: by cp.async when it reads one tensor element, contiguous along
-    k or along ``outer``, with every 16-byte chunk of the tile inside one aligned row."""
-    for k_inner, row, col, cols in ((True, outer, con.vk, con.K), (False, con.vk, outer, extent)):
-        if copies_rows(expr, con.vb, con.batch, row, col, cols, nbytes):
-            return _Factor(name, expr, outer, extent, block, k_inner, True)
+    k or along ``outer``, with every piece of the tile inside one aligned row: 16 bytes a
+    copy where rows allow, else 8 or 4 (a float32 row of any length, a float16 one of even
+    length), in that order of preference."""
+    for copy in (16, 8, 4):
+        for k_inner, row, col, cols in ((True, outer, con.vk, con.K), (False, con.vk, outer, extent)):
+            if copy >= nbytes and copies_rows(expr, con.vb, con.batch, row, col, cols, nbytes, copy):
+                return _Factor(name, expr, outer, extent, block, k_inner, copy)
     # computed element by element: K contiguous in the tile only where memory is
-    return _Factor(name, expr, outer, extent, block, _k_contiguous(expr, con.vk, outer), False)
+    return _Factor(name, expr, outer, extent, block, _k_contiguous(expr, con.vk, outer), 0)
 
 
 def _all(*conditions: E.Expr | None) -> E.Expr | None:
@@ -241,15 +246,16 @@ class _Tile:
         x_off, k_off = ((q % 2) * 8, (q // 2) * self.chunk) if a_operand else ((q // 2) * 8, (q % 2) * self.chunk)
         return self.at(slot, x0 + x_off + rr, kk + k_off, rr)
 
-    def fill(self, r: E.Var, col: E.Var, tid: E.Expr, threads: int, copy: bool,
+    def fill(self, r: E.Var, col: E.Var, tid: E.Expr, threads: int, copy: bool | int,
              body: Callable[[E.Expr], S.Stmt]) -> S.Stmt:
         """The loop that fills one slot: ``body(first)`` for row ``r`` and its ``first``
-        column, consecutive threads along a row, each a 16-byte chunk (``copy``) or one
-        element at a time."""
-        per_row = self.cols // self.chunk if copy else self.cols
+        column, consecutive threads along a row, each a piece of ``copy`` bytes (True: a
+        16-byte chunk) or, where ``copy`` is false, one element at a time."""
+        piece = 1 if not copy else self.chunk if copy is True else self.chunk * copy // 16
+        per_row = self.cols // piece
         lanes = min(per_row, threads)
         mapping = repeat(self.rows * lanes // threads, per_row // lanes) * spatial(threads // lanes, lanes)
-        return S.ForMapping((r, col), mapping, tid, body(col * self.chunk if copy else col))
+        return S.ForMapping((r, col), mapping, tid, body(col * piece if piece > 1 else col))
 
 
 class _Kernel:
@@ -326,10 +332,11 @@ class _Kernel:
             x, k = self._origin(f) + outer, step * c.block_k + kk
             x_in, k_in = self._inside(x, f.extent, f.block), self._inside(k, self.con.K, c.block_k)
             inside = _all(x_in, k_in)
-            if f.copy:  # a chunk is wholly inside or wholly outside: zero-filled, its address clamped
+            if f.copy:  # a piece is wholly inside or wholly outside: zero-filled, its address clamped
                 src = self._element(f, x if x_in is None else E.select(x_in, x, 0),
                                     k if k_in is None else E.select(k_in, k, 0))
-                return gpu.CpAsync(tile.at(slot, r, first), src, 16, None if inside is None else E.select(inside, 16, 0))
+                return gpu.CpAsync(tile.at(slot, r, first), src, f.copy,
+                                   None if inside is None else E.select(inside, f.copy, 0))
             value = self.read(f.expr, self._bindings(f, x, k))
             if inside is not None:
                 value = E.select(inside, value, E.Constant(0.0, float32))
@@ -479,7 +486,8 @@ class _Kernel:
 def _describe(f: _Factor) -> str:
     axis = "m" if f.name == "A" else "n"
     layout = f"[{axis}][k]" if f.k_inner else f"[k][{axis}]"
-    return f"{f.name} into {layout} by {'cp.async' if f.copy else 'its threads'}"
+    how = "its threads" if not f.copy else "cp.async" if f.copy == 16 else f"cp.async of {f.copy} bytes"
+    return f"{f.name} into {layout} by {how}"
 
 
 def mma_kernel(con: Contraction, config: MmaConfig, name: str, dtype: DataType | None = None) -> S.Function:

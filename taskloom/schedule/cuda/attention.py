@@ -38,7 +38,7 @@ from taskloom.ir.dtypes import DataType, TensorType, float32, index_type
 from taskloom.ir.functor import substitute
 from taskloom.ir.index import unravel
 from taskloom.schedule.attention import Attention, half_type, match_attention
-from taskloom.schedule.cuda.matmul_mma import CHUNK, _Tile, copies_rows
+from taskloom.schedule.cuda.matmul_mma import _Tile, copies_rows
 from taskloom.schedule.cuda.rules import _Inline, _parameters
 from taskloom.schedule.registry import Candidate, Scheduled
 from taskloom.target.cuda import CudaTarget

@@ -220,3 +220,18 @@ def test_rows_aligned_to_8_or_4_bytes_come_by_smaller_copies(K, piece):
     assert f"A into [m][k] by cp.async of {piece} bytes" in fn.attr("doc")
     np.testing.assert_allclose(f32(out), f32(a) @ f32(w), rtol=2e-3, atol=5e-2)
     assert report.counters.bank_conflicts == 0 and report.instructions["cp_async"] > 0
+
+
+@pytest.mark.parametrize("linear", [False, True], ids=["B [k][n]", "B [n][k]"])
+def test_global_loads_are_whole_sectors_and_stores_leave_in_pairs(linear):
+    """cp.async requests read 512 bytes in 16 sectors, the fewest there can be; each lane's
+    two adjacent results leave in one 4-byte store: a warp writes 128 bytes, 16 on each of
+    8 rows, a request."""
+    a, w = half(256, 256), half(256, 256)
+    ai, wi = input(a.shape, "float16", name="a"), input(w.shape, "float16", name="w")
+    graph = Graph([ai, wi], [ops.matmul(ai, ops.transpose(wi, 0, 1) if linear else wi)])
+    out, report, fn, _ = run(graph, {"a": a, "w": w}, CONFIGS[1])
+    c = report.counters
+    assert c.global_load_sectors == 16 * c.global_load_requests
+    assert c.global_store_requests == 256 * 256 // 2 // 32 and c.global_store_sectors == 8 * c.global_store_requests
+    np.testing.assert_allclose(f32(out), f32(a) @ f32(w.T if linear else w), rtol=2e-3, atol=5e-2)

@@ -38,7 +38,7 @@ from taskloom.ir.dtypes import DataType, TensorType, float32, index_type
 from taskloom.ir.functor import substitute
 from taskloom.ir.index import unravel
 from taskloom.schedule.attention import Attention, half_type, match_attention
-from taskloom.schedule.cuda.matmul_mma import _Tile, copies_rows
+from taskloom.schedule.cuda.matmul_mma import _Tile, copies_rows, pair_store
 from taskloom.schedule.cuda.rules import _Inline, _parameters
 from taskloom.schedule.registry import Candidate, Scheduled
 from taskloom.target.cuda import CudaTarget
@@ -248,18 +248,19 @@ class _Kernel:
 
     def _store(self) -> S.Stmt:
         att = self.att
-        h, n, e = self._vars("h", "n", "e")
+        h, n, e, half = self._vars("h", "n", "e", "half")
         total = E.TensorElement(self.row_sum, (h,))
         sums = S.For(h, E.as_expr(2), S.seq([S.BufferStore(self.row_sum, (h,), total + gpu.shuffle("shfl_xor", total, d))
                                              for d in (1, 2)]), "unroll")
-        i, col = self._query(e), n * 8 + (self.lane % 4) * 2 + e % 2
-        row_total = E.TensorElement(self.row_sum, (e // 2,))
-        o = E.TensorElement(self.o_acc, (n, e)) / (E.maximum(row_total, 1.0) if att.masked_zero else row_total)
-        value = self.read(att.epilogue, {att.vb: self.bz, att.vi: i, att.ve: col, att.o: o})
+        # the lane's two adjacent columns of a row leave in one store (head sizes are even)
+        i, col = self._query(half * 2), n * 8 + (self.lane % 4) * 2
+        row_total = E.TensorElement(self.row_sum, (half,))
+        o = E.TensorElement(self.o_acc, (n, half * 2 + e)) / (E.maximum(row_total, 1.0) if att.masked_zero else row_total)
+        value = self.read(att.epilogue, {att.vb: self.bz, att.vi: i, att.ve: col + e, att.o: o})
         index = unravel((self.bz * att.L + i) * att.Ev + col, att.output.shape)
-        store = S.If(i < att.L, S.BufferStore(self.out, tuple(index), value))
+        store = S.If(i < att.L, pair_store(E.TensorElement(self.out, tuple(index)), e, value, self.names))
         return S.seq([S.Comment("store: each row's sum over its quad; the output divided by it, for real queries"),
-                      sums, S.For(n, E.as_expr(att.Ev // 8), S.For(e, E.as_expr(4), store, "unroll"), "unroll")])
+                      sums, S.For(n, E.as_expr(att.Ev // 8), S.For(half, E.as_expr(2), store, "unroll"), "unroll")])
 
 
 def _clamp(i: E.Expr, extent: int, block: int) -> E.Expr:

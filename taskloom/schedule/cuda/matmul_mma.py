@@ -484,13 +484,7 @@ class _Kernel:
         def at(column: E.Expr) -> tuple:
             return tuple(unravel((self.bz * con.M + m) * con.N + column, con.output.shape))
         if con.N % 2 == 0:
-            dtype = con.output.dtype
-            pair = E.Var(self.names.fresh("pair"), TensorType(dtype, (E.as_expr(2),)))
-            store: S.Stmt = S.seq([
-                S.Declare(pair, scope="register"),
-                S.For(e, E.as_expr(2), S.BufferStore(pair, (e,), value(n + e, e)), "unroll"),
-                gpu.VectorCopy(E.TensorElement(self.out, at(n)), E.TensorElement(pair, (E.as_expr(0),)),
-                               2 * dtype.nbytes)])
+            store: S.Stmt = pair_store(E.TensorElement(self.out, at(n)), e, value(n + e, e), self.names)
             if tested:  # n is even and so is N: the pair is inside C or wholly outside
                 store = S.If(E.logical_and(m < con.M, n < con.N), store)
         else:
@@ -500,6 +494,15 @@ class _Kernel:
             store = S.For(e, E.as_expr(2), store, "unroll")
         return S.For(i, E.as_expr(mt), S.For(j, E.as_expr(nt), S.For(h, E.as_expr(2), store, "unroll"), "unroll"),
                      "unroll")
+
+
+def pair_store(dst: E.TensorElement, e: E.Var, value: E.Expr, names: NameGen) -> S.Stmt:
+    """``value`` for ``e`` = 0 and 1 into ``dst`` and the element after it in one store (a
+    lane's two adjacent results of an mma; ``dst`` aligned to the pair)."""
+    pair = E.Var(names.fresh("pair"), TensorType(dst.type, (E.as_expr(2),)))
+    return S.seq([S.Declare(pair, scope="register"),
+                  S.For(e, E.as_expr(2), S.BufferStore(pair, (e,), value), "unroll"),
+                  gpu.VectorCopy(dst, E.TensorElement(pair, (E.as_expr(0),)), 2 * dst.type.nbytes)])
 
 
 def _describe(f: _Factor) -> str:

@@ -125,6 +125,9 @@ class _CudaKernelCodegen(CFamilyCodegen):
         align = " __align__(16)"  # a 16-byte access (cp.async, ldmatrix, copy_vector) may start at [0]
         self.emit(d, f"{prefix}{ctype}{align} {name}[{size.value}];  // {s.scope}")  # type: ignore[attr-defined]
 
+    def declares_shared(self) -> bool:
+        return any(x.scope == "shared" for x in collect(self.fn.body, S.Declare))  # type: ignore[attr-defined]
+
     def dynamic_buffer(self, name: str, ctype: str, nbytes: int, d: int) -> None:
         """A shared buffer at the next 16-byte boundary of the kernel's dynamic shared memory."""
         assert self.dynamic_bytes is not None
@@ -144,8 +147,7 @@ class _CudaKernelCodegen(CFamilyCodegen):
         params = self.param_list()
         symbol = c_symbol(self.fn.name)
         self.emit(0, f'extern "C" __global__ void {bounds}{symbol}({params}) {{')
-        shared = [x for x in collect(self.fn.body, S.Declare) if x.scope == "shared"]  # type: ignore[attr-defined]
-        if shared and self.dynamic_bytes:
+        if self.dynamic_bytes and self.declares_shared():
             self.emit(1, "extern __shared__ __align__(16) unsigned char tl_dynamic_shared[];")
         self.block(self.fn.body, 1)
         self.emit(0, "}")

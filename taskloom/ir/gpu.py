@@ -103,6 +103,19 @@ def _element(what: str, e: Any, dtypes: Sequence[DataType] | None = None) -> E.T
     return e
 
 
+def _copy_operands(name: str, verb: str, dst: Any, src: Any, nbytes: int) -> None:
+    """The checks of a copy of ``nbytes`` (4, 8 or 16) between two element references of
+    one type, whole elements of it."""
+    _element(f"{name}'s destination", dst)
+    _element(f"{name}'s source", src)
+    if nbytes not in (4, 8, 16):
+        raise IRError(f"{name} {verb} 4, 8 or 16 bytes, not {nbytes}")
+    if dst.type != src.type:
+        raise IRError(f"{name} from {src.type!r} elements into {dst.type!r} ones")
+    if nbytes % dst.type.nbytes:
+        raise IRError(f"{name} of {nbytes} bytes splits a {dst.type!r} element")
+
+
 @dataclass(frozen=True, eq=False, repr=False)
 class AtomicAdd(S.Stmt):
     """``atomicAdd(&A[i], value)``: adds ``value`` to a global element, atomically."""
@@ -129,14 +142,7 @@ class VectorCopy(S.Stmt):
     nbytes: int = 16
 
     def __post_init__(self) -> None:
-        _element("copy_vector's destination", self.dst)
-        _element("copy_vector's source", self.src)
-        if self.nbytes not in (4, 8, 16):
-            raise IRError(f"copy_vector moves 4, 8 or 16 bytes, not {self.nbytes}")
-        if self.dst.type != self.src.type:
-            raise IRError(f"copy_vector from {self.src.type!r} elements into {self.dst.type!r} ones")
-        if self.nbytes % self.dst.type.nbytes:
-            raise IRError(f"copy_vector of {self.nbytes} bytes splits a {self.dst.type!r} element")
+        _copy_operands("copy_vector", "moves", self.dst, self.src, self.nbytes)
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -154,14 +160,7 @@ class CpAsync(S.Stmt):
     def __post_init__(self) -> None:
         if self.src_bytes is not None:
             object.__setattr__(self, "src_bytes", E.as_expr(self.src_bytes, int32))
-        _element("cp_async's destination", self.dst)
-        _element("cp_async's source", self.src)
-        if self.nbytes not in (4, 8, 16):
-            raise IRError(f"cp_async copies 4, 8 or 16 bytes, not {self.nbytes}")
-        if self.dst.type != self.src.type:
-            raise IRError(f"cp_async from {self.src.type!r} elements into {self.dst.type!r} ones")
-        if self.nbytes % self.dst.type.nbytes:
-            raise IRError(f"cp_async of {self.nbytes} bytes splits a {self.dst.type!r} element")
+        _copy_operands("cp_async", "copies", self.dst, self.src, self.nbytes)
 
 
 @dataclass(frozen=True, eq=False, repr=False)

@@ -136,7 +136,7 @@ class _Kernel:
                 return gpu.CpAsync(tile.at(slot, r, first), src, 16, E.select(inside, 16, 0))
             value = E.select(inside, self.read(factor, at(row0 + r)), E.Constant(0.0, float32))
             return S.BufferStore(tile.var, tile.at(slot, r, first).indices, E.cast(value, self.dtype))
-        return tile.fill(r, c, self.tid, THREADS, copy, body)
+        return tile.fill(r, c, self.tid, THREADS, 16 if copy else 0, body)
 
     def _load_keys(self, slot: E.Expr, block: E.Expr) -> S.Stmt:
         att, j0 = self.att, block * BLOCK_K

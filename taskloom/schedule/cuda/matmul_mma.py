@@ -60,7 +60,6 @@ from taskloom.target.cuda import CudaTarget
 from taskloom.transforms.names import NameGen
 
 HALF_TYPES = (float16, bfloat16)
-CHUNK = 8  # 16-bit elements in a 16-byte chunk: what cp.async and one ldmatrix row move
 GROUPS = 8  # 16-byte bank groups in the 128 bytes of shared memory's 32 banks
 STATIC_SHARED = 48 * 1024  # the most a kernel may declare statically; past it its tiles are dynamic
 #: per factor type, the mma shape (float32: tf32); its K, and the fragments of A and B, are
@@ -111,7 +110,7 @@ class MmaConfig:
 CONFIGS = (MmaConfig(), MmaConfig(64, 64, 32, (2, 2), 3))
 
 
-def _valid(c: MmaConfig, chunk: int = CHUNK) -> None:
+def _valid(c: MmaConfig, chunk: int) -> None:
     wm, wn = c.warp_tile
     assert c.block_k % 16 == 0 and wm % 16 == 0 and wn % 16 == 0 and c.stages >= 2
     for rows, cols in ((c.block_m, c.block_k), (c.block_n, c.block_k)):
@@ -120,9 +119,14 @@ def _valid(c: MmaConfig, chunk: int = CHUNK) -> None:
 
 # -- what a factor is --------------------------------------------------------------------
 
+def _read_types(con: Contraction) -> set[DataType]:
+    """The element types the two factors read."""
+    return {r.type for f in (con.a, con.b) for r in collect(f, E.TensorElement)}  # type: ignore[attr-defined]
+
+
 def half_type(con: Contraction) -> DataType | None:
     """The 16-bit type both factors read, or None when they read anything else."""
-    types = {r.type for f in (con.a, con.b) for r in collect(f, E.TensorElement)}  # type: ignore[attr-defined]
+    types = _read_types(con)
     return types.pop() if len(types) == 1 and types <= set(HALF_TYPES) else None
 
 
@@ -132,8 +136,7 @@ def factor_type(con: Contraction, tf32: bool) -> DataType | None:
     half = half_type(con)
     if half is not None or not tf32:
         return half
-    types = {r.type for f in (con.a, con.b) for r in collect(f, E.TensorElement)}  # type: ignore[attr-defined]
-    return float32 if types == {float32} and con.a.type == float32 and con.b.type == float32 else None
+    return float32 if _read_types(con) == {float32} and con.a.type == float32 and con.b.type == float32 else None
 
 
 @dataclass(frozen=True)
@@ -246,12 +249,12 @@ class _Tile:
         x_off, k_off = ((q % 2) * 8, (q // 2) * self.chunk) if a_operand else ((q // 2) * 8, (q % 2) * self.chunk)
         return self.at(slot, x0 + x_off + rr, kk + k_off, rr)
 
-    def fill(self, r: E.Var, col: E.Var, tid: E.Expr, threads: int, copy: bool | int,
+    def fill(self, r: E.Var, col: E.Var, tid: E.Expr, threads: int, copy: int,
              body: Callable[[E.Expr], S.Stmt]) -> S.Stmt:
         """The loop that fills one slot: ``body(first)`` for row ``r`` and its ``first``
-        column, consecutive threads along a row, each a piece of ``copy`` bytes (True: a
-        16-byte chunk) or, where ``copy`` is false, one element at a time."""
-        piece = 1 if not copy else self.chunk if copy is True else self.chunk * copy // 16
+        column, consecutive threads along a row, each a piece of ``copy`` bytes or, where
+        ``copy`` is 0, one element at a time."""
+        piece = self.chunk * copy // 16 if copy else 1
         per_row = self.cols // piece
         lanes = min(per_row, threads)
         mapping = repeat(self.rows * lanes // threads, per_row // lanes) * spatial(threads // lanes, lanes)

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import statistics
 import subprocess
-from typing import Any, Callable
+import time
+from typing import Any, Callable, Sequence
 
 from taskloom.bench.timing import time_rounds
 from taskloom.errors import TaskloomError
@@ -91,17 +92,24 @@ def _rows(checked: dict[str, tuple[Callable[[], Any] | None, dict[str, Any]]], r
 
 def _check(name: str, make: Callable[[], Callable[[], Any]], reference: Any, tolerance: float
            ) -> tuple[Callable[[], Any] | None, dict[str, Any]]:
-    """A system's call once it ran and agreed with the reference, and its row."""
+    """A system's call once it ran without NaN, and its row (an error where it disagreed
+    with the reference beyond ``tolerance``);
+    ``first_call_s`` is the seconds to its first result (a compiler's compile included)."""
     torch = _torch()
     row: dict[str, Any] = {"system": name, "median_ms": None, "tflops": None, "max_rel_diff": None, "error": None}
     try:
+        started = time.perf_counter()
         call = make()
         with torch.inference_mode():
             got = call()
+        torch.cuda.synchronize()
+        row["first_call_s"] = time.perf_counter() - started
         diff = float((got.float() - reference.float()).abs().max() / reference.float().abs().max().clamp(min=1e-30))
         row["max_rel_diff"] = diff
-        if not diff <= tolerance:
-            raise TaskloomError(f"its result differs from eager PyTorch by {diff:.2e} (relative), over {tolerance}")
+        if diff != diff:  # NaN: nothing worth timing
+            raise TaskloomError("its result has NaN where eager PyTorch's has none")
+        if not diff <= tolerance:  # timed still, so that a near miss is measured, and marked
+            row["error"] = f"its result differs from eager PyTorch by {diff:.2e} (relative), over {tolerance}"
         return call, row
     except Exception as exc:  # a failing system is reported; the others go on
         row["error"] = f"{type(exc).__name__}: {exc}".strip()
@@ -119,8 +127,9 @@ def _peers(torch: Any, fn: Callable[..., Any], args: tuple[Any, ...]) -> dict[st
             "taskloom": lambda: compiled(backend="taskloom")}
 
 
-def bench_matmul(M: int, K: int, N: int, dtype: str, repeats: int, rounds: int) -> dict[str, Any]:
-    """``A[M, K] @ B[K, N]`` in ``dtype`` on the GPU: the rows and the problem."""
+def bench_matmul(M: int, K: int, N: int, dtype: str, repeats: int, rounds: int,
+                 systems: Sequence[str] = SYSTEMS) -> dict[str, Any]:
+    """``A[M, K] @ B[K, N]`` in ``dtype`` on the GPU: the rows of ``systems`` and the problem."""
     torch = _torch()
     t = getattr(torch, dtype)
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -132,10 +141,17 @@ def bench_matmul(M: int, K: int, N: int, dtype: str, repeats: int, rounds: int) 
         return x @ y
     makes = _peers(torch, matmul, (a, b))
     tolerance = 1e-2 if dtype != "float32" else 1e-4
-    checked = {name: _check(name, makes[name], reference, tolerance) for name in SYSTEMS}
+    checked = {name: _check(name, makes[name], reference, tolerance) for name in _known(systems)}
     torch._dynamo.reset()
     return {"op": "matmul", "dims": {"M": M, "K": K, "N": N}, "dtype": dtype, "flop": 2 * M * N * K,
             "rows": _rows(checked, repeats, rounds, 2 * M * N * K), "gpu": gpu_facts()}
+
+
+def _known(systems: Sequence[str]) -> list[str]:
+    unknown = [s for s in systems if s not in SYSTEMS]
+    if unknown:
+        raise TaskloomError(f"unknown GPU benchmark system {unknown[0]!r}; known: {', '.join(SYSTEMS)}")
+    return [s for s in SYSTEMS if s in systems]
 
 
 def run_op(args: Any) -> dict[str, Any]:
@@ -150,8 +166,9 @@ def run_op(args: Any) -> dict[str, Any]:
     return {"op": "matmul", "results": results}
 
 
-def bench_model(name: str, batch: int, seq: int, dtype: str, repeats: int, rounds: int) -> dict[str, Any]:
-    """A benchmark model (:mod:`taskloom.bench.zoo`) on the GPU in ``dtype``: the rows."""
+def bench_model(name: str, batch: int, seq: int, dtype: str, repeats: int, rounds: int,
+                systems: Sequence[str] = SYSTEMS) -> dict[str, Any]:
+    """A benchmark model (:mod:`taskloom.bench.zoo`) on the GPU in ``dtype``: the rows of ``systems``."""
     from taskloom.bench.zoo import build
     torch = _torch()
     model, inputs = build(name, batch=batch, seq=seq)
@@ -170,7 +187,7 @@ def bench_model(name: str, batch: int, seq: int, dtype: str, repeats: int, round
     makes = _peers(torch, first(model), inputs)
     tolerance = 2e-2 if dtype != "float32" else 1e-3
     with torch.inference_mode():
-        checked = {system: _check(system, makes[system], reference, tolerance) for system in SYSTEMS}
+        checked = {system: _check(system, makes[system], reference, tolerance) for system in _known(systems)}
         rows = _rows(checked, repeats, rounds, None)
     torch._dynamo.reset()
     return {"model": name, "batch": batch, "seq": seq, "dtype": dtype, "rows": rows, "gpu": gpu_facts()}

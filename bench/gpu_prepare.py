@@ -1,0 +1,88 @@
+"""Builds, into a cache folder, the CUDA libraries a GPU session will build (its models and
+matmuls compiled for that GPU), so that a lent GPU's minutes go to running them: run here
+with the GPU's description, carry the folder, and point TASKLOOM_CACHE_DIR at it there.
+The code of a build depends on the target's numbers, so a GPU that reads differently from
+``--gpu`` builds afresh; nothing is wrong then, only slower.
+
+    TASKLOOM_CACHE_DIR=.gpucache python3 bench/gpu_prepare.py --gpu "NVIDIA H100 80GB HBM3" \
+        [--matmuls] bert resnet50
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+
+import torch
+
+from taskloom.bench.zoo import build
+from taskloom.frontend.torch import Backend
+from taskloom.target import CudaTarget
+
+
+class _Built(Exception):
+    """Raised in place of running the compiled program: only its build was wanted."""
+
+
+def prepare(name: str, target: CudaTarget, dtype: torch.dtype = torch.float16, seq: int = 128) -> float:
+    """Compiles model ``name`` as the session's torch.compile would on the GPU; the seconds it took."""
+    model, inputs = build(name, batch=1, seq=seq)
+    model = model.to(dtype).eval()
+    inputs = tuple(x.to(dtype) if x.is_floating_point() else x for x in inputs)
+    return _compile(lambda *xs: _first(model(*xs)), inputs, target)
+
+
+def _first(out):  # the session's models give their first output, as taskloom.bench.gpu's do
+    return out if isinstance(out, torch.Tensor) else out[0]
+
+
+def prepare_matmuls(target: CudaTarget) -> float:
+    """The session's smaller matmuls (bench/gpu_session.py, through torch.compile) and Nsight
+    Compute's products (bench/gpu_ncu_matmul.py); the seconds they took. The large ones are
+    left to the GPU: torch's lowering runs a product once, which for 4096³ float16 on a CPU
+    takes minutes."""
+    from gpu_ncu_matmul import compile_products
+    from gpu_session import MATMULS
+    seconds = 0.0
+    for m, n, k in (s for s in MATMULS if s[0] * s[1] * s[2] < 2 ** 30):
+        seconds += _compile(lambda x, y: x @ y, (torch.randn(m, k).half(), torch.randn(k, n).half()), target)
+    started = time.perf_counter()
+    compile_products(target, "emulator")
+    return seconds + time.perf_counter() - started
+
+
+def _compile(model, inputs, target: CudaTarget) -> float:
+    backend = Backend(target=target, device="emulator")
+
+    def compile_only(gm, example_inputs):
+        backend(gm, example_inputs)
+
+        def stop(*args):
+            raise _Built
+        return stop
+    torch._dynamo.reset()
+    started = time.perf_counter()
+    try:
+        with torch.inference_mode():
+            torch.compile(model, backend=compile_only)(*inputs)
+    except _Built:
+        pass
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("models", nargs="*")
+    parser.add_argument("--matmuls", action="store_true", help="also the session's matmuls")
+    parser.add_argument("--gpu", default="NVIDIA H100 80GB HBM3", help="the name the GPU's driver reports")
+    parser.add_argument("--arch", default="sm_90a")
+    args = parser.parse_args()
+    target = dataclasses.replace(CudaTarget.from_arch(args.arch), name=args.gpu)
+    if args.matmuls:
+        print(f"matmuls: built in {prepare_matmuls(target):.1f} s", flush=True)
+    for name in args.models:
+        print(f"{name}: built in {prepare(name, target):.1f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

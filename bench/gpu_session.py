@@ -1,0 +1,126 @@
+"""One GPU session's measurements in one process, each result written as it lands (a session
+cut short keeps what it finished): the bar matmuls against cuBLAS, the benchmark models in
+float16 at batch 1 against torch eager, torch.compile and torch.compile with CUDA graphs
+(:mod:`taskloom.bench.gpu`), and, per model, the kernels taskloom's program spends its time
+in (torch.profiler) beside the host's time per call.
+
+    python3 bench/gpu_session.py --out DIR [--stages matmul,models] [--models bert,resnet50]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from taskloom.bench.gpu import SYSTEMS, bench_matmul, bench_model, format_rows, gpu_facts
+
+#: (M, N, K): issue 29's bar shapes; the last four are BERT-base's linears at sequence 128
+MATMULS = [(4096, 4096, 4096), (2048, 2048, 2048), (2039, 2039, 2039),
+           (128, 768, 768), (128, 2304, 768), (128, 3072, 768), (128, 768, 3072)]
+MODELS = ("bert", "resnet50", "gpt2", "mobilenet_v2", "inception_v3")
+
+
+def _save(path: Path, record: Any) -> None:
+    path.write_text(json.dumps(record, indent=1, default=str))
+
+
+def matmuls(out: Path, repeats: int, rounds: int) -> None:
+    """float16 bar shapes against cuBLAS, then 4096³ float32 with tf32 on both sides."""
+    results: list[Any] = []
+    for m, n, k in MATMULS:
+        results.append(_guarded(lambda: bench_matmul(m, k, n, "float16", repeats, rounds, ("taskloom", "torch"))))
+        _show(f"matmul {m}x{n}x{k} float16", results[-1])
+        _save(out / "matmul.json", results)
+    torch.set_float32_matmul_precision("high")
+    try:
+        results.append(_guarded(lambda: bench_matmul(4096, 4096, 4096, "float32", repeats, rounds,
+                                                     ("taskloom", "torch"))))
+        _show("matmul 4096^3 float32 as tf32", results[-1])
+    finally:
+        torch.set_float32_matmul_precision("highest")
+    _save(out / "matmul.json", results)
+
+
+def models(out: Path, names: list[str], repeats: int, rounds: int) -> None:
+    """Each model against the peers, then a profile of taskloom's program."""
+    results: list[Any] = []
+    for name in names:
+        record = _guarded(lambda: bench_model(name, 1, 128, "float16", repeats, rounds, SYSTEMS))
+        _show(f"{name} float16 batch 1", record)
+        record["profile"] = _guarded(lambda: profile(name))
+        print(record["profile"].get("table", record["profile"]), flush=True)
+        results.append(record)
+        _save(out / "models.json", results)
+
+
+def profile(name: str, calls: int = 20) -> dict[str, Any]:
+    """taskloom's compiled model: host milliseconds per call, GPU kernel time per call, and
+    the kernels that take it, from torch.profiler."""
+    from taskloom.bench.zoo import build
+    model, inputs = build(name, batch=1, seq=128)
+    model = model.to(device="cuda", dtype=torch.float16).eval()
+    inputs = tuple(x.to("cuda", torch.float16) if x.is_floating_point() else x.to("cuda") for x in inputs)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="taskloom")
+    with torch.inference_mode():
+        for _ in range(3):
+            compiled(*inputs)
+        torch.cuda.synchronize()
+        started = time.perf_counter()
+        for _ in range(calls):
+            compiled(*inputs)
+        torch.cuda.synchronize()
+        host_ms = (time.perf_counter() - started) * 1e3 / calls
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                compiled(*inputs)
+            torch.cuda.synchronize()
+    kernels = [(e.key, e.count // calls, e.device_time_total / calls) for e in prof.key_averages()
+               if e.device_time_total > 0]
+    kernels.sort(key=lambda k: -k[2])
+    gpu_us = sum(k[2] for k in kernels)
+    lines = [f"{name}: {host_ms:.3f} ms a call on the host clock, {gpu_us / 1e3:.3f} ms of kernels, "
+             f"{sum(k[1] for k in kernels)} launches"]
+    lines += [f"  {us:9.1f} us {count:4d}x  {key[:100]}" for key, count, us in kernels[:15]]
+    torch._dynamo.reset()
+    return {"host_ms": host_ms, "gpu_ms": gpu_us / 1e3, "kernels": kernels, "table": "\n".join(lines)}
+
+
+def _guarded(fn: Any) -> Any:
+    try:
+        return fn()
+    except Exception as exc:  # one failure must not lose the session's other results
+        return {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+
+
+def _show(title: str, record: dict[str, Any]) -> None:
+    if "rows" in record:
+        print(format_rows(title, record["rows"]), flush=True)
+    else:
+        print(f"{title}: {record.get('traceback', record)}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--stages", default="matmul,models")
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    _save(args.out / "gpu.json", {**gpu_facts(), "torch": torch.__version__})
+    stages = args.stages.split(",")
+    if "matmul" in stages:
+        matmuls(args.out, args.repeats, args.rounds)
+    if "models" in stages:
+        models(args.out, args.models.split(","), args.repeats, args.rounds)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# A lent GPU's checks and measurements, most valuable first, each step under its own time
+# limit so that one hang costs only its step. Run from the repository root on the GPU
+# machine; what it finds lands in $OUT: log.txt (all output), gpu.json, matmul.json,
+# models.json (bench/gpu_session.py). A .gpucache folder made by bench/gpu_prepare.py is
+# used as taskloom's build cache when present.
+set -u
+OUT=${OUT:-/tmp/taskloom-gpu}
+mkdir -p "$OUT"
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+[ -d .gpucache ] && export TASKLOOM_CACHE_DIR=$PWD/.gpucache
+START=$(date +%s)
+# the seconds left before the whole session's end (TOTAL_S), less what later steps keep
+left() { local s=$(( ${TOTAL_S:-585} - ($(date +%s) - START) - $1 )); echo $(( s > 5 ? s : 5 )); }
+step() {
+    local limit=$1; shift
+    echo "== $* (limit ${limit} s) $(date +%T)"
+    timeout -k 5 "$limit" "$@"
+    echo "== exit $? $(date +%T)"
+}
+facts() {
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv
+    nvcc --version | tail -2
+    python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
+    python3 -c "from taskloom.target.cuda import _read_device; print(_read_device(0))"
+}
+# shared-memory hazards on the GPU itself: the attention kernel and float16 configs of the matmul space
+RACES='import tests.gpu.test_kernels_on_gpu as t
+t.test_fused_attention(2, 37, 45, 3, 64, True, False)
+t.CHUNKS = 24
+t._space_case("float16", 5, "cuda", (True, False))'
+export -f facts
+{
+    step 20 bash -c facts
+    step 150 python3 -m pytest -q -p no:cacheprovider -m cuda -n 8 --timeout 100 --tb=short -rfE \
+        tests/gpu tests/runtime/test_device.py tests/frontend/test_torch_cuda.py tests/compiler/test_cuda_graph.py \
+        tests/bench/test_gpu.py
+    step 100 python3 bench/gpu_session.py --out "$OUT" --stages matmul
+    step "$(left 80)" python3 bench/gpu_session.py --out "$OUT" --stages models
+    step 40 ncu --kernel-name 'regex:^k[0-9]+_' --clock-control none --section SpeedOfLight \
+        --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis python3 bench/gpu_ncu_matmul.py
+    step "$(left 0)" compute-sanitizer --tool racecheck --target-processes application-only --print-limit 5 python3 -c "$RACES"
+} 2>&1 | tee "$OUT/log.txt"

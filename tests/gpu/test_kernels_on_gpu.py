@@ -1,0 +1,146 @@
+"""On the GPU (``-m cuda``): the kernels the emulator checks on every machine, launched on
+the device to the same answers. Each rule-scheduled operator, every config of the
+tensor-core spaces (float16, bfloat16, tf32) on odd shapes and both factor layouts, fused
+attention, and the 16-byte elementwise kernels. Each case runs through :func:`launch`, which
+takes ``device="emulator"`` too, so the harness itself is checked without a GPU."""
+from __future__ import annotations
+
+import dataclasses
+import shutil
+
+import numpy as np
+import pytest
+
+import taskloom
+from taskloom import ops
+from taskloom.graph import Graph, input
+from taskloom.graph.fusion import fuse_graph
+from taskloom.runtime.emulator.mma import tf32
+from taskloom.schedule.cuda.attention import attention_kernel
+from taskloom.schedule.cuda.matmul_mma import mma_candidate
+from taskloom.schedule.cuda.mma_model import space
+from taskloom.schedule.attention import match_attention
+from taskloom.target import CudaTarget
+from tests.schedule.test_cuda_rules import CASES
+
+torch = pytest.importorskip("torch")
+pytestmark = [pytest.mark.cuda, pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")]
+rng = np.random.default_rng(7)
+#: configs of a space per test: the space is split so that parallel workers share its builds
+CHUNKS = 6
+
+
+def on(device: str) -> tuple[CudaTarget, str]:
+    """The target and torch device of ``device``: this GPU, or an H100's preset emulated."""
+    return (CudaTarget.device(), "cuda") if device == "cuda" else (CudaTarget.from_arch("sm_90a"), "cpu")
+
+
+def launch(module, name: str, args: list, device: str) -> None:
+    """Runs kernel ``name`` on torch tensors (written in place) and waits for it."""
+    module[name](*args)
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+@pytest.mark.parametrize("name, graph, reference", CASES, ids=[c[0] for c in CASES])
+def test_each_rule_scheduled_operator(name, graph, reference, device="cuda"):
+    target, where = on(device)
+    inputs = [rng.standard_normal(tuple(t.shape)).astype(np.float32) for t in graph.inputs]
+    compiled = taskloom.compile(graph, target=target, device=device)
+    got = compiled(*[torch.from_numpy(x).to(where) for x in inputs] if device == "cuda" else inputs)
+    got = got[0] if isinstance(got, (list, tuple)) else got
+    got = got.cpu().numpy() if hasattr(got, "cpu") else np.asarray(got)
+    np.testing.assert_allclose(got, reference(inputs), rtol=2e-5, atol=2e-5)
+
+
+def _product(M: int, K: int, N: int, a_k_inner: bool, b_k_inner: bool, dtype: str, batch: int = 1):
+    """relu(A B) with A read [m][k] or transposed and B [k][n] or transposed: the graph and
+    its two inputs' shapes."""
+    a_shape = (batch, M, K) if a_k_inner else (batch, K, M)
+    b_shape = (batch, N, K) if b_k_inner else (batch, K, N)
+    ai, bi = input(a_shape, dtype, name="a"), input(b_shape, dtype, name="b")
+    A = ai if a_k_inner else ops.transpose(ai, 1, 2)
+    B = ops.transpose(bi, 1, 2) if b_k_inner else bi
+    return Graph([ai, bi], [ops.relu(ops.matmul(A, B))])
+
+
+def _space_case(dtype: str, chunk: int, device: str, layouts: tuple[bool, bool], shape=(2, 77, 91, 133)):
+    """Every CHUNKS-th config of ``dtype``'s space from ``chunk`` on, in one build, each on
+    one odd batched product, against torch in float64."""
+    base, where = on(device)
+    target = dataclasses.replace(base, tf32=dtype == "float32")
+    batch, M, K, N = shape
+    graph = _product(M, K, N, *layouts, dtype, batch)
+    [group] = fuse_graph(graph)
+    found = mma_candidate(group.task, target)
+    assert found is not None, "the template should take this product"
+    configs = space(4 if dtype == "float32" else 2)[chunk::CHUNKS]
+    fns = [found.build(c, f"mm{k}").fn for k, c in enumerate(configs)]
+    module = taskloom.build(fns, target=target, device=device)
+    t = getattr(torch, dtype)
+    a, b = (torch.randn(tuple(int(d) for d in x.shape), dtype=torch.float32).to(t) for x in graph.inputs)
+    if dtype == "float32":  # the tensor cores see tf32 factors
+        a, b = torch.from_numpy(tf32(a.numpy())), torch.from_numpy(tf32(b.numpy()))
+    A = a if layouts[0] else a.transpose(1, 2)
+    B = b.transpose(1, 2) if layouts[1] else b
+    want = torch.relu(A.double() @ B.double())
+    by_name = {"a": a.to(where), "b": b.to(where)}
+    for k, c in enumerate(configs):
+        out = torch.full((batch, M, N), float("nan"), dtype=t, device=where)
+        launch(module, f"mm{k}", [by_name[x.name] for x in group.inputs] + [out], device)
+        tol = dict(rtol=2e-2, atol=1e-1) if dtype == "bfloat16" else dict(rtol=5e-3, atol=5e-2)
+        torch.testing.assert_close(out.double().cpu(), want, **tol, msg=lambda m: f"config {c}: {m}")
+
+
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+def test_every_float16_config_on_an_odd_product(chunk, device="cuda"):
+    _space_case("float16", chunk, device, (True, False))
+
+
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+def test_every_tf32_config_on_an_odd_product(chunk, device="cuda"):
+    _space_case("float32", chunk, device, (True, chunk % 2 == 0))
+
+
+@pytest.mark.parametrize("layouts", [(True, True), (False, False), (False, True)])
+def test_factor_layouts_in_bfloat16_and_float16(layouts, device="cuda"):
+    _space_case("bfloat16", 0, device, layouts, shape=(1, 130, 70, 40))
+    _space_case("float16", 1, device, layouts, shape=(1, 40, 136, 72))
+
+
+@pytest.mark.parametrize("B, L, S, H, D, mask, causal", [
+    (1, 64, 64, 1, 64, False, False),
+    (2, 37, 45, 3, 64, True, False),
+    (1, 70, 130, 2, 32, False, True),
+    (1, 50, 90, 2, 128, True, True),
+    (2, 128, 128, 12, 64, True, False),  # BERT-base's heads at sequence 128
+])
+def test_fused_attention(B, L, S, H, D, mask, causal, device="cuda"):
+    target, where = on(device)
+    names = ("q", "k", "v")
+    ins = [input((B, n, H, D), "float16", name=x) for x, n in zip(names, (L, S, S))]
+    m = input((B, 1, 1, S), "float32", name="mask")
+    heads = [ops.permute(t, (0, 2, 1, 3)) for t in ins]
+    graph = Graph([*ins, m] if mask else ins, [ops.attention(*heads, mask=m if mask else None, causal=causal)])
+    [group] = [g for g in fuse_graph(graph) if "attention" in g.ops]
+    module = taskloom.build(attention_kernel(match_attention(group.task), "att"), target=target, device=device)
+    data = {x: torch.randn(B, n, H, D, dtype=torch.float16) for x, n in zip(names, (L, S, S))}
+    data["mask"] = torch.where(torch.rand(B, 1, 1, S) < 0.2, -1e4, 0.0)
+    got = torch.full((B, H, L, D), float("nan"), dtype=torch.float16, device=where)
+    launch(module, "att", [data[t.name].to(where) for t in group.inputs] + [got], device)
+    want = torch.nn.functional.scaled_dot_product_attention(
+        *(data[x].float().permute(0, 2, 1, 3) for x in names), attn_mask=data["mask"] if mask else None,
+        is_causal=causal)
+    torch.testing.assert_close(got.float().cpu(), want, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_sixteen_byte_elementwise_kernels(dtype, device="cuda"):
+    target, where = on(device)
+    x, b = input((64, 768), dtype, name="x"), input((768,), dtype, name="b")
+    compiled = taskloom.compile(Graph([x, b], [ops.gelu(x + b)]), target=target, device=device)
+    xs = torch.randn(64, 768).to(getattr(torch, dtype)), torch.randn(768).to(getattr(torch, dtype))
+    got = compiled(*[v.to(where) for v in xs]) if device == "cuda" else compiled(*[v.numpy() for v in xs])
+    got = torch.as_tensor(got[0] if isinstance(got, (list, tuple)) else got).cpu().float()
+    want = torch.nn.functional.gelu((xs[0] + xs[1]).float())
+    torch.testing.assert_close(got, want, rtol=2e-3 if dtype == "float16" else 1e-5, atol=2e-3)

@@ -66,7 +66,8 @@ def profile(name: str, calls: int = 20) -> dict[str, Any]:
     model = model.to(device="cuda", dtype=torch.float16).eval()
     inputs = tuple(x.to("cuda", torch.float16) if x.is_floating_point() else x.to("cuda") for x in inputs)
     torch._dynamo.reset()
-    compiled = torch.compile(model, backend="taskloom")
+    from taskloom.frontend.torch import taskloom_backend
+    compiled = torch.compile(model, backend=taskloom_backend)
     with torch.inference_mode():
         for _ in range(3):
             compiled(*inputs)

@@ -31,6 +31,8 @@ t.CHUNKS = 24
 t._space_case("float16", 5, "cuda", (True, False))'
 export -f facts
 {
+    # installed, so that torch.compile finds backend="taskloom" by its entry point
+    step 60 python3 -m pip install -q --no-deps --no-build-isolation --no-index -e .
     step 20 bash -c facts
     step 150 python3 -m pytest -q -p no:cacheprovider -m cuda -n 8 --timeout 100 --tb=short -rfE \
         tests/gpu tests/runtime/test_device.py tests/frontend/test_torch_cuda.py tests/compiler/test_cuda_graph.py \

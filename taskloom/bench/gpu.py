@@ -124,7 +124,14 @@ def _peers(torch: Any, fn: Callable[..., Any], args: tuple[Any, ...]) -> dict[st
     return {"torch": lambda: (lambda: fn(*args)),
             "inductor": lambda: compiled(),
             "cudagraphs": lambda: compiled(mode="reduce-overhead"),
-            "taskloom": lambda: compiled(backend="taskloom")}
+            "taskloom": lambda: compiled(backend=_taskloom_backend())}
+
+
+def _taskloom_backend() -> Any:
+    """What ``backend="taskloom"`` names, taken directly: the name resolves through the
+    installed package's entry point, and a source tree on PYTHONPATH has none."""
+    from taskloom.frontend.torch import taskloom_backend
+    return taskloom_backend
 
 
 def bench_matmul(M: int, K: int, N: int, dtype: str, repeats: int, rounds: int,

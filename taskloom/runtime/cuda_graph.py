@@ -153,10 +153,8 @@ class CudaCompiledGraph:
     def _run_gpu(self, args: Sequence[Any]) -> list[Any]:
         gpu = self._gpu
         assert gpu is not None
-        torch = gpu.torch
         ins = [gpu.device_input(spec, a) for spec, a in zip(self.inputs, args)]
-        outs = [torch.empty(o["shape"], dtype=gpu.torch_dtype(o["dtype"]), device="cuda") for o in self.outputs]
-        gpu.launch(ins, outs)
+        outs = gpu.run(ins, self.outputs)
         return self._copies({"w": gpu.constants, "in": ins, "out": outs})
 
 
@@ -177,6 +175,9 @@ class _GpuState:
         self.entry.restype = ctypes.c_int
         self.entry.argtypes = [ctypes.c_void_p] * 6
         self._w = pointer_table([u.ptr for u in uploaded])
+        self.checks = any(getattr(fn, "reports_status", False) for fn in graph.built.kernels)
+        self.graphs_wanted = os.environ.get("TASKLOOM_CUDA_GRAPHS", "1") != "0"
+        self.replay: _Replay | None = None
 
     def torch_dtype(self, name: str) -> Any:
         return getattr(self.torch, name if name != "bool" else "bool")
@@ -191,13 +192,92 @@ class _GpuState:
         t = t.to("cuda").contiguous()
         return t if t.data_ptr() % 16 == 0 else t.clone()  # cp.async and vector loads move 16 aligned bytes
 
-    def launch(self, ins: list[Any], outs: list[Any]) -> None:
+    def run(self, ins: list[Any], specs: list[dict[str, Any]]) -> list[Any]:
+        """The outputs (new tensors) of one call: by replaying the captured call where that
+        works (see :class:`_Replay`), else by launching each kernel."""
+        if self.replay is None and self.graphs_wanted:
+            self.replay = _Replay.capture(self, ins, specs)
+            self.graphs_wanted = self.replay is not None
+        if self.replay is not None:
+            return self.replay(ins)
+        outs = [self.torch.empty(o["shape"], dtype=self.torch_dtype(o["dtype"]), device="cuda") for o in specs]
+        self.launch(ins, outs)
+        return outs
+
+    def launch(self, ins: list[Any], outs: list[Any], check: bool = True) -> None:
+        """Enqueues every kernel on the current stream; with ``check``, waits for them where a
+        kernel checks its indices, and raises the first failed check."""
         (stream,) = self.device.entry_args()
         code = self.entry(self._w, pointer_table([t.data_ptr() for t in ins]), pointer_table([t.data_ptr() for t in outs]),
                           self.ctypes.c_void_p(self.arena.ptr), self.module.device_status(), stream)
         if code != 0:
             raise TaskloomError(f"the compiled graph failed to launch: CUDA error {code} (cudaGetErrorName gives its name)")
-        self.module.take_status("the compiled graph", stream)
+        if check:
+            self.take_status(stream)
+
+    def take_status(self, stream: Any) -> None:
+        if self.checks:  # no kernel checks an index: nothing to wait for
+            self.module.take_status("the compiled graph", stream)
+
+
+class _Replay:
+    """The whole call captured once as a CUDA graph and replayed: at batch 1 a model's time
+    is mostly kernel launches, and a replay launches them all at once. The graph reads its
+    inputs from, and writes its outputs to, buffers of its own: a call copies the inputs in
+    and the outputs out, so that no result is overwritten by the next call.
+
+    Its first replay is checked against launching each kernel; where capture fails or the
+    two differ, the graph runs kernel by kernel from then on, with a warning
+    (``TASKLOOM_CUDA_GRAPHS=0`` asks for that from the start)."""
+
+    def __init__(self, gpu: "_GpuState", ins: list[Any], outs: list[Any], graph: Any):
+        self.gpu, self.ins, self.outs, self.graph = gpu, ins, outs, graph
+
+    @classmethod
+    def capture(cls, gpu: "_GpuState", ins: list[Any], specs: list[dict[str, Any]]) -> "_Replay | None":
+        torch = gpu.torch
+        try:
+            static_ins = [t.clone() for t in ins]
+            static_outs = [torch.empty(o["shape"], dtype=gpu.torch_dtype(o["dtype"]), device="cuda") for o in specs]
+            side = torch.cuda.Stream()  # warm up off the capturing stream, as torch asks
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                gpu.launch(static_ins, static_outs)
+                direct = [t.clone() for t in static_outs]
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                gpu.launch(static_ins, static_outs, check=False)
+            replay = cls(gpu, static_ins, static_outs, graph)
+            replayed = replay(ins)
+        except Exception as e:  # an index check fails the same way without the graph: let it
+            from taskloom.errors import IndexOutOfRange
+            if isinstance(e, IndexOutOfRange):
+                raise
+            _warn(f"capturing it as a CUDA graph failed ({type(e).__name__}: {e})")
+            return None
+        if not all(_same(torch, a, b) for a, b in zip(replayed, direct)):
+            _warn("its CUDA graph's first replay differed from launching each kernel")
+            return None
+        return replay
+
+    def __call__(self, ins: list[Any]) -> list[Any]:
+        for static, given in zip(self.ins, ins):
+            static.copy_(given)
+        self.graph.replay()
+        self.gpu.take_status(self.gpu.device.stream())
+        return [t.clone() for t in self.outs]
+
+
+def _same(torch: Any, a: Any, b: Any) -> bool:
+    """Equal, up to the order in which atomic additions landed."""
+    return bool(torch.equal(a, b) or (a.is_floating_point() and torch.allclose(a, b, 1e-4, 1e-6, equal_nan=True)))
+
+
+def _warn(what: str) -> None:
+    import warnings
+    warnings.warn(f"taskloom: {what}; the compiled graph launches its kernels one by one instead", RuntimeWarning,
+                  stacklevel=4)
 
 
 def _numpy(name: str) -> np.dtype:

@@ -97,6 +97,37 @@ def test_on_the_gpu_a_graph_matches_the_emulator_and_loads_from_a_file(tmp_path)
         np.testing.assert_allclose(got.cpu().numpy(), want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("graphs", ["1", "0"])
+def test_on_the_gpu_calls_replay_one_captured_cuda_graph(graphs, monkeypatch):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setenv("TASKLOOM_CUDA_GRAPHS", graphs)
+    graph = mlp()
+    on_gpu = taskloom.compile(graph, target="cuda", device="cuda")
+    in_emulator = taskloom.compile(graph, target="cuda", device="emulator")
+    xs = [rng.standard_normal((4, 16)).astype(np.float32) for _ in range(3)]
+    results = [on_gpu(torch.from_numpy(x).cuda()) for x in xs]  # each call's outputs stay its own
+    assert (on_gpu._gpu.replay is not None) == (graphs == "1")
+    for x, got in zip(xs, results):
+        for g, want in zip(got, in_emulator(x)):
+            np.testing.assert_allclose(g.cpu().numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.cuda
+def test_on_the_gpu_a_replayed_graph_still_checks_its_indices():
+    torch = pytest.importorskip("torch")
+    ids = input((2, 3), "int64", name="ids")
+    table = const(10, 4)
+    model = taskloom.compile(Graph([ids], [ops.relu(ops.embedding(ids, table))]), target="cuda", device="cuda")
+    good = torch.tensor([[9, 0, 3], [1, 1, 2]], device="cuda")
+    want = np.maximum(table.numpy()[good.cpu().numpy()], 0)
+    np.testing.assert_array_equal(model(good).cpu().numpy(), want)
+    assert model._gpu.replay is not None
+    with pytest.raises(IndexOutOfRange, match=r"embedding\(\).*index 10,"):
+        model(torch.tensor([[9, 0, 10], [1, 1, 2]], device="cuda"))
+    np.testing.assert_array_equal(model(good).cpu().numpy(), want)
+
+
 def test_a_cuda_graph_saves_here_and_loads_in_the_emulator(tmp_path):
     graph = mlp()
     model = taskloom.compile(graph, target=TARGET, device="emulator")

@@ -110,7 +110,8 @@ def compile_graph(graph: Graph, target: Target | str | None = None, *, tune: int
 
 
 def _passes(graph: Graph, tgt: Target, optimize: bool, relayout: bool) -> Graph:
-    """The graph passes, and the layout pass where asked; inputs must have static shapes."""
+    """The graph passes, the layout pass where asked, and row padding for the GPU; inputs
+    must have static shapes."""
     if optimize:
         from taskloom.compiler.passes import optimize as run_passes
         from taskloom.compiler.passes.attention import fuse_attention
@@ -123,6 +124,8 @@ def _passes(graph: Graph, tgt: Target, optimize: bool, relayout: bool) -> Graph:
             relaid = choose_layout(graph, tgt)
             if relaid is not graph:
                 graph = run_passes(relaid)
+        from taskloom.compiler.passes.pad_rows import pad_rows
+        graph = pad_rows(graph, tgt)  # last: the other passes would fold its slices away
     return graph
 
 

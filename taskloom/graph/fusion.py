@@ -4,7 +4,8 @@ A group holds at most one reduction (its anchor: matmul, conv2d, softmax...), th
 bijective operators after it whose input is the anchor's result and read by nothing
 else (epilogues: bias add, relu, residual add), and the injective operators before it whose
 result only the group reads (prologues: transpose, pad, broadcast). Chains of injective
-operators fuse together. A tensor that is a graph output is never fused away.
+operators fuse together. A tensor that is a graph output is never fused away, nor one whose
+node is marked ``materialize``.
 
 The group's task is the nodes' definitions composed: where a node read a tensor made in
 the group, it now reads that tensor's definition, so no intermediate buffer exists.
@@ -111,7 +112,7 @@ def fuse_graph(graph: Graph) -> list[FusedGroup]:
     visited: set[int] = set()
     for n in reversed(graph.nodes):
         g = group_of[id(n)]
-        if g in visited or any(has_reduction(m.task) or _costly(m) for m in members[g]):
+        if g in visited or any(has_reduction(m.task) or _costly(m) or m.materialize for m in members[g]):
             continue
         visited.add(g)
         results = [o for m in members[g] for o in m.outputs]

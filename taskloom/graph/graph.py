@@ -31,6 +31,9 @@ class Node:
     task: Task
     inputs: list[Tensor]
     outputs: list[Tensor] = field(default_factory=list)
+    #: computed into a buffer of its own, never fused into its reader as a prologue (a
+    #: layout its reader loads faster than the tensor it came from)
+    materialize: bool = False
 
     @property
     def category(self) -> str:

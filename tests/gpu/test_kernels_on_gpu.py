@@ -1,7 +1,8 @@
 """On the GPU (``-m cuda``): the kernels the emulator checks on every machine, launched on
 the device to the same answers. Each rule-scheduled operator, every config of the
-tensor-core spaces (float16, bfloat16, tf32) on odd shapes and both factor layouts, fused
-attention, and the 16-byte elementwise kernels. Each case runs through :func:`launch`, which
+tensor-core spaces (float16, bfloat16, tf32) on odd shapes and both factor layouts, odd
+products through rows padded to 16 bytes, fused attention, and the 16-byte elementwise
+kernels. Each case runs through :func:`launch`, which
 takes ``device="emulator"`` too, so the harness itself is checked without a GPU."""
 from __future__ import annotations
 
@@ -106,6 +107,23 @@ def test_every_tf32_config_on_an_odd_product(chunk, device="cuda"):
 def test_factor_layouts_in_bfloat16_and_float16(layouts, device="cuda"):
     _space_case("bfloat16", 0, device, layouts, shape=(1, 130, 70, 40))
     _space_case("float16", 1, device, layouts, shape=(1, 40, 136, 72))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_odd_products_through_rows_padded_to_16_bytes(dtype, device="cuda"):
+    base, where = on(device)
+    target = dataclasses.replace(base, tf32=dtype == "float32")
+    a, b = input((2, 259, 261), dtype, name="a"), input((2, 261, 263), dtype, name="b")
+    w = taskloom.asarray(np.random.default_rng(1).standard_normal((128, 261)).astype(dtype))
+    compiled = taskloom.compile(Graph([a, b], [ops.matmul(a, b), ops.linear(a, w)]), target=target, device=device)
+    assert [k["ops"] for k in compiled.meta["kernels"]][:2] == [["pad"], ["pad"]]
+    x, y = (torch.randn(2, 259, 261).to(getattr(torch, dtype)), torch.randn(2, 261, 263).to(getattr(torch, dtype)))
+    if dtype == "float32":
+        x, y = torch.from_numpy(tf32(x.numpy())), torch.from_numpy(tf32(y.numpy()))
+    got = compiled(x.to(where), y.to(where)) if device == "cuda" else compiled(x.numpy(), y.numpy())
+    want = (x.double() @ y.double(), x.double() @ torch.from_numpy(w.numpy()).double().T)
+    for g, e in zip(got, want):
+        torch.testing.assert_close(torch.as_tensor(g).cpu().double(), e, rtol=5e-3, atol=6e-2)
 
 
 @pytest.mark.parametrize("B, L, S, H, D, mask, causal", [

@@ -235,3 +235,15 @@ def test_global_loads_are_whole_sectors_and_stores_leave_in_pairs(linear):
     assert c.global_load_sectors == 16 * c.global_load_requests
     assert c.global_store_requests == 256 * 256 // 2 // 32 and c.global_store_sectors == 8 * c.global_store_requests
     np.testing.assert_allclose(f32(out), f32(a) @ f32(w.T if linear else w), rtol=2e-3, atol=5e-2)
+
+
+def test_rows_padded_to_16_bytes_are_copied_whole_and_the_padding_never_read():
+    M, K, N = 77, 91, 133  # the factors are the first K and N columns of wider, aligned rows
+    a8, b8 = input((M, 96), "float16", name="a8"), input((K, 136), "float16", name="b8")
+    graph = Graph([a8, b8], [ops.matmul(ops.slice(a8, 1, 0, K), ops.slice(b8, 1, 0, N))])
+    a, b = half(M, 96), half(K, 136)
+    a[:, K:], b[:, N:] = np.nan, np.nan  # a piece across a row's end copies only what lies before it
+    out, report, fn, _ = run(graph, {"a8": a, "b8": b})
+    assert "A into [m][k] by cp.async; B into [k][n] by cp.async" in fn.attr("doc")
+    np.testing.assert_allclose(f32(out), f32(a[:, :K]) @ f32(b[:, :N]), rtol=2e-3, atol=5e-2)
+    assert report.instructions["cp_async"] == report.counters.global_load_requests

@@ -160,14 +160,14 @@ ALIGNMENT_CHECKS = 1024
 
 
 def copies_rows(read: E.Expr, vb: E.Var, batch: int, row: E.Var, col: E.Var, cols: int,
-                nbytes: int = 2, copy: int = 16) -> bool:
+                nbytes: int = 2, copy: int = 16, ragged: bool = False) -> bool:
     """Whether cp.async can copy ``read`` (a factor of ``vb < batch``, ``row`` and ``col``)
     in pieces of ``copy`` bytes: one tensor element of ``nbytes``, contiguous along ``col``
-    (``cols`` of them, a whole number of pieces), whose rows start ``copy``-byte aligned in
-    every batch element."""
+    (``cols`` of them, a whole number of pieces unless the caller copies a ``ragged`` last
+    piece in part), whose rows start ``copy``-byte aligned in every batch element."""
     element = read.value if isinstance(read, E.Cast) else read
     chunk = copy // nbytes
-    if not isinstance(element, E.TensorElement) or element.type.nbytes != nbytes or cols % chunk \
+    if not isinstance(element, E.TensorElement) or element.type.nbytes != nbytes or (cols % chunk and not ragged) \
             or batch > ALIGNMENT_CHECKS:
         return False
     offset = E.as_expr(row_major_offset(element.indices, element.tensor.shape))
@@ -187,12 +187,14 @@ def _constant(e: E.Expr) -> int:
 def _factor(con: Contraction, name: str, expr: E.Expr, outer: E.Var, extent: int, block: int,
             nbytes: int) -> _Factor:
     """How to load ``expr``: by cp.async when it reads one tensor element, contiguous along
-    k or along ``outer``, with every piece of the tile inside one aligned row: 16 bytes a
-    copy where rows allow, else 8 or 4 (a float32 row of any length, a float16 one of even
-    length), in that order of preference."""
+    k or along ``outer``, in rows that start aligned: 16 bytes a copy where rows allow, else
+    8 or 4 (a float32 row of any length, a float16 one of even length), in that order of
+    preference. A row may end inside a piece (a slice of a tensor whose rows were padded to
+    16 bytes, :mod:`~taskloom.compiler.passes.pad_rows`): that piece copies what lies before
+    the end and zero-fills the rest."""
     for copy in (16, 8, 4):
         for k_inner, row, col, cols in ((True, outer, con.vk, con.K), (False, con.vk, outer, extent)):
-            if copy >= nbytes and copies_rows(expr, con.vb, con.batch, row, col, cols, nbytes, copy):
+            if copy >= nbytes and copies_rows(expr, con.vb, con.batch, row, col, cols, nbytes, copy, ragged=True):
                 return _Factor(name, expr, outer, extent, block, k_inner, copy)
     # computed element by element: K contiguous in the tile only where memory is
     return _Factor(name, expr, outer, extent, block, _k_contiguous(expr, con.vk, outer), 0)
@@ -335,16 +337,27 @@ class _Kernel:
             x, k = self._origin(f) + outer, step * c.block_k + kk
             x_in, k_in = self._inside(x, f.extent, f.block), self._inside(k, self.con.K, c.block_k)
             inside = _all(x_in, k_in)
-            if f.copy:  # a piece is wholly inside or wholly outside: zero-filled, its address clamped
+            if f.copy:  # a piece outside is zero-filled, its address clamped
                 src = self._element(f, x if x_in is None else E.select(x_in, x, 0),
                                     k if k_in is None else E.select(k_in, k, 0))
-                return gpu.CpAsync(tile.at(slot, r, first), src, f.copy,
-                                   None if inside is None else E.select(inside, f.copy, 0))
+                return gpu.CpAsync(tile.at(slot, r, first), src, f.copy, self._piece_bytes(f, x, k, x_in, k_in))
             value = self.read(f.expr, self._bindings(f, x, k))
             if inside is not None:
                 value = E.select(inside, value, E.Constant(0.0, float32))
             return S.BufferStore(tile.var, tile.at(slot, r, first).indices, E.cast(value, self.dtype))
         return tile.fill(r, col, self.tid, c.threads, f.copy, body)
+
+    def _piece_bytes(self, f: _Factor, x: E.Expr, k: E.Expr, x_in: E.Expr | None, k_in: E.Expr | None
+                     ) -> E.Expr | None:
+        """The bytes a piece at ``(x, k)`` reads (None: all of them, always): all inside, none
+        outside, and where the contiguous axis ends inside a piece, the bytes before its end."""
+        inside = _all(x_in, k_in)
+        col, end, row_in = (k, self.con.K, x_in) if f.k_inner else (x, f.extent, k_in)
+        if end % (f.copy // self.dtype.nbytes) == 0:
+            return None if inside is None else E.select(inside, f.copy, 0)
+        left = (end - col) * self.dtype.nbytes
+        part = E.select(col < end, E.select(left < f.copy, left, f.copy), 0)
+        return part if row_in is None else E.select(row_in, part, 0)
 
     @staticmethod
     def _inside(i: E.Expr, extent: int, block: int) -> E.Expr | None:

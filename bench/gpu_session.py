@@ -35,6 +35,8 @@ def matmuls(out: Path, repeats: int, rounds: int) -> None:
     for m, n, k in MATMULS:
         results.append(_guarded(lambda: bench_matmul(m, k, n, "float16", repeats, rounds, ("taskloom", "torch"))))
         _show(f"matmul {m}x{n}x{k} float16", results[-1])
+        results[-1]["profile"] = _guarded(lambda: profile_matmul(m, n, k))
+        print(results[-1]["profile"].get("table", results[-1]["profile"]), flush=True)
         _save(out / "matmul.json", results)
     torch.set_float32_matmul_precision("high")
     try:
@@ -52,31 +54,58 @@ def models(out: Path, names: list[str], repeats: int, rounds: int) -> None:
     for name in names:
         record = _guarded(lambda: bench_model(name, 1, 128, "float16", repeats, rounds, SYSTEMS))
         _show(f"{name} float16 batch 1", record)
-        record["profile"] = _guarded(lambda: profile(name))
+        record["profile"] = _guarded(lambda: profile_model(name))
         print(record["profile"].get("table", record["profile"]), flush=True)
         results.append(record)
         _save(out / "models.json", results)
 
 
-def profile(name: str, calls: int = 20) -> dict[str, Any]:
-    """taskloom's compiled model: host milliseconds per call, GPU kernel time per call, and
-    the kernels that take it, from torch.profiler."""
+def profile_matmul(m: int, n: int, k: int) -> dict[str, Any]:
+    """:func:`profile` of taskloom's float16 ``A[m, k] @ B[k, n]`` (its pads, its product)."""
+    a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.float16)
+    return profile(f"matmul {m}x{n}x{k}", lambda x, y: x @ y, (a, b))
+
+
+def profile_model(name: str) -> dict[str, Any]:
+    """:func:`profile` of taskloom's compiled model ``name`` in float16 at batch 1."""
     from taskloom.bench.zoo import build
     model, inputs = build(name, batch=1, seq=128)
     model = model.to(device="cuda", dtype=torch.float16).eval()
     inputs = tuple(x.to("cuda", torch.float16) if x.is_floating_point() else x.to("cuda") for x in inputs)
-    torch._dynamo.reset()
+    return profile(name, model, inputs)
+
+
+def _host_ms(compiled: Any, inputs: tuple[Any, ...], calls: int) -> float:
+    """Milliseconds a call, on the host's clock, ``calls`` calls back to back."""
+    for _ in range(3):
+        compiled(*inputs)
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    for _ in range(calls):
+        compiled(*inputs)
+    torch.cuda.synchronize()
+    return (time.perf_counter() - started) * 1e3 / calls
+
+
+def profile(name: str, model: Any, inputs: tuple[Any, ...], calls: int = 20) -> dict[str, Any]:
+    """taskloom's compiled ``model``: host milliseconds per call (replaying a CUDA graph, and
+    launching kernel by kernel), GPU kernel time per call, and the kernels that take it, from
+    torch.profiler."""
+    import os
     from taskloom.frontend.torch import taskloom_backend
+    one_by_one = float("nan")
+    os.environ["TASKLOOM_CUDA_GRAPHS"] = "0"
+    try:
+        torch._dynamo.reset()
+        with torch.inference_mode():
+            one_by_one = _host_ms(torch.compile(model, backend=taskloom_backend), inputs, calls)
+    finally:
+        del os.environ["TASKLOOM_CUDA_GRAPHS"]
+    torch._dynamo.reset()
     compiled = torch.compile(model, backend=taskloom_backend)
     with torch.inference_mode():
-        for _ in range(3):
-            compiled(*inputs)
-        torch.cuda.synchronize()
-        started = time.perf_counter()
-        for _ in range(calls):
-            compiled(*inputs)
-        torch.cuda.synchronize()
-        host_ms = (time.perf_counter() - started) * 1e3 / calls
+        host_ms = _host_ms(compiled, inputs, calls)
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             for _ in range(calls):
                 compiled(*inputs)
@@ -85,11 +114,12 @@ def profile(name: str, calls: int = 20) -> dict[str, Any]:
                if e.device_time_total > 0]
     kernels.sort(key=lambda k: -k[2])
     gpu_us = sum(k[2] for k in kernels)
-    lines = [f"{name}: {host_ms:.3f} ms a call on the host clock, {gpu_us / 1e3:.3f} ms of kernels, "
-             f"{sum(k[1] for k in kernels)} launches"]
+    lines = [f"{name}: {host_ms:.3f} ms a call on the host clock ({one_by_one:.3f} kernel by kernel), "
+             f"{gpu_us / 1e3:.3f} ms of kernels, {sum(k[1] for k in kernels)} launches"]
     lines += [f"  {us:9.1f} us {count:4d}x  {key[:100]}" for key, count, us in kernels[:15]]
     torch._dynamo.reset()
-    return {"host_ms": host_ms, "gpu_ms": gpu_us / 1e3, "kernels": kernels, "table": "\n".join(lines)}
+    return {"host_ms": host_ms, "host_ms_kernel_by_kernel": one_by_one, "gpu_ms": gpu_us / 1e3, "kernels": kernels,
+            "table": "\n".join(lines)}
 
 
 def _guarded(fn: Any) -> Any:

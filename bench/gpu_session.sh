@@ -38,8 +38,9 @@ export -f facts
         tests/gpu tests/runtime/test_device.py tests/frontend/test_torch_cuda.py tests/compiler/test_cuda_graph.py \
         tests/bench/test_gpu.py
     step 100 python3 bench/gpu_session.py --out "$OUT" --stages matmul
-    step "$(left 80)" python3 bench/gpu_session.py --out "$OUT" --stages models
-    step 40 ncu --kernel-name 'regex:^k[0-9]+_' --clock-control none --section SpeedOfLight \
-        --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis python3 bench/gpu_ncu_matmul.py
+    step "$(left 100)" python3 bench/gpu_session.py --out "$OUT" --stages models
+    step 60 ncu --kernel-name 'regex:^k[0-9]+_' --clock-control none --section SpeedOfLight \
+        --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
+        --section ComputeWorkloadAnalysis --section SourceCounters python3 bench/gpu_ncu_matmul.py
     step "$(left 0)" compute-sanitizer --tool racecheck --target-processes application-only --print-limit 5 python3 -c "$RACES"
 } 2>&1 | tee "$OUT/log.txt"

@@ -2,14 +2,15 @@
 cut short keeps what it finished): the bar matmuls against cuBLAS, the benchmark models in
 float16 at batch 1 against torch eager, torch.compile and torch.compile with CUDA graphs
 (:mod:`taskloom.bench.gpu`), and, per model, the kernels taskloom's program spends its time
-in (torch.profiler) beside the host's time per call.
+in (torch.profiler) beside the host's time per call, and BERT's linears split along K.
 
-    python3 bench/gpu_session.py --out DIR [--stages matmul,models] [--models bert,resnet50]
+    python3 bench/gpu_session.py --out DIR [--stages matmul,models,split_k] [--models bert,resnet50]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 import traceback
 from pathlib import Path
@@ -74,6 +75,35 @@ def profile_model(name: str) -> dict[str, Any]:
     model = model.to(device="cuda", dtype=torch.float16).eval()
     inputs = tuple(x.to("cuda", torch.float16) if x.is_floating_point() else x.to("cuda") for x in inputs)
     return profile(name, model, inputs)
+
+
+def split_linears(out: Path, repeats: int, rounds: int) -> None:
+    """BERT-base's linears (float16, 128 rows, a bias) whole and split along K into 2, 4 and
+    8 parts, and as the model picks (``TASKLOOM_SPLIT_K``): what the split is worth."""
+    import os
+    from taskloom.bench.gpu import time_cuda_rounds
+    from taskloom.frontend.torch import taskloom_backend
+    results = []
+    for m, n, k in MATMULS[3:]:
+        layer = torch.nn.Linear(k, n).to("cuda", torch.float16).eval()
+        x = torch.randn(m, k, device="cuda", dtype=torch.float16)
+        calls = {}
+        for setting in ("0", "2", "4", "8", "auto"):
+            os.environ["TASKLOOM_SPLIT_K"] = setting
+            torch._dynamo.reset()
+            compiled = torch.compile(layer, backend=taskloom_backend)
+            with torch.inference_mode():
+                compiled(x)
+            calls[f"split {setting}"] = (lambda c: lambda: c(x))(compiled)
+        os.environ.pop("TASKLOOM_SPLIT_K")
+        with torch.inference_mode():
+            times = time_cuda_rounds(calls, repeats, rounds)
+        row = {name: (None if isinstance(t, Exception) else statistics.median(v for b in t for v in b))
+               for name, t in times.items()}
+        results.append({"M": m, "N": n, "K": k, "median_ms": row})
+        print(f"linear {m}x{n}x{k}: " + ", ".join(f"{name} {ms:.4f} ms" if ms else f"{name} failed"
+                                                   for name, ms in row.items()), flush=True)
+        _save(out / "split_k.json", results)
 
 
 def _host_ms(compiled: Any, inputs: tuple[Any, ...], calls: int) -> float:
@@ -151,6 +181,8 @@ def main() -> None:
         matmuls(args.out, args.repeats, args.rounds)
     if "models" in stages:
         models(args.out, args.models.split(","), args.repeats, args.rounds)
+    if "split_k" in stages:
+        split_linears(args.out, args.repeats, args.rounds)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 # A lent GPU's checks and measurements, most valuable first, each step under its own time
 # limit so that one hang costs only its step. Run from the repository root on the GPU
 # machine; what it finds lands in $OUT: log.txt (all output), gpu.json, matmul.json,
-# models.json (bench/gpu_session.py). A .gpucache folder made by bench/gpu_prepare.py is
+# models.json, split_k.json (bench/gpu_session.py). A .gpucache folder made by bench/gpu_prepare.py is
 # used as taskloom's build cache when present.
 set -u
 OUT=${OUT:-/tmp/taskloom-gpu}
@@ -38,7 +38,8 @@ export -f facts
         tests/gpu tests/runtime/test_device.py tests/frontend/test_torch_cuda.py tests/compiler/test_cuda_graph.py \
         tests/bench/test_gpu.py
     step 100 python3 bench/gpu_session.py --out "$OUT" --stages matmul
-    step "$(left 100)" python3 bench/gpu_session.py --out "$OUT" --stages models
+    step "$(left 160)" python3 bench/gpu_session.py --out "$OUT" --stages models
+    step 60 python3 bench/gpu_session.py --out "$OUT" --stages split_k
     step 60 ncu --kernel-name 'regex:^k[0-9]+_' --clock-control none --section SpeedOfLight \
         --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
         --section ComputeWorkloadAnalysis --section SourceCounters python3 bench/gpu_ncu_matmul.py

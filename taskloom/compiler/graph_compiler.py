@@ -125,7 +125,8 @@ def _passes(graph: Graph, tgt: Target, optimize: bool, relayout: bool) -> Graph:
             if relaid is not graph:
                 graph = run_passes(relaid)
         from taskloom.compiler.passes.pad_rows import pad_rows
-        graph = pad_rows(graph, tgt)  # last: the other passes would fold its slices away
+        from taskloom.compiler.passes.split_k import split_k
+        graph = pad_rows(split_k(graph, tgt), tgt)  # last: the other passes would fold their views away
     return graph
 
 

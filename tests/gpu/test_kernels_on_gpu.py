@@ -1,8 +1,8 @@
 """On the GPU (``-m cuda``): the kernels the emulator checks on every machine, launched on
 the device to the same answers. Each rule-scheduled operator, every config of the
 tensor-core spaces (float16, bfloat16, tf32) on odd shapes and both factor layouts, odd
-products through rows padded to 16 bytes, fused attention, and the 16-byte elementwise
-kernels. Each case runs through :func:`launch`, which
+products through rows padded to 16 bytes, linears split along K, fused attention, and the
+16-byte elementwise kernels. Each case runs through :func:`launch`, which
 takes ``device="emulator"`` too, so the harness itself is checked without a GPU."""
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 
 import taskloom
 from taskloom import ops
+from taskloom.compiler.passes.split_k import split_k
 from taskloom.graph import Graph, input
 from taskloom.graph.fusion import fuse_graph
 from taskloom.runtime.emulator.mma import tf32
@@ -124,6 +125,22 @@ def test_odd_products_through_rows_padded_to_16_bytes(dtype, device="cuda"):
     want = (x.double() @ y.double(), x.double() @ torch.from_numpy(w.numpy()).double().T)
     for g, e in zip(got, want):
         torch.testing.assert_close(torch.as_tensor(g).cpu().double(), e, rtol=5e-3, atol=6e-2)
+
+
+@pytest.mark.parametrize("parts", [2, 8])
+def test_a_linear_split_along_k(parts, device="cuda"):
+    target, where = on(device)
+    x = input((1, 128, 1024), "float16", name="x")
+    w = torch.randn(96, 1024, dtype=torch.float16)
+    b = torch.randn(96, dtype=torch.float16)
+    graph = split_k(Graph([x], [ops.relu(ops.linear(x, taskloom.asarray(w.numpy()), taskloom.asarray(b.numpy())))]),
+                    target, parts=parts)
+    assert "split_k_partials" in [n.op for n in graph.nodes]
+    compiled = taskloom.compile(graph, target=target, device=device)
+    xs = torch.randn(1, 128, 1024, dtype=torch.float16)
+    got = compiled(xs.to(where)) if device == "cuda" else compiled(xs.numpy())
+    want = torch.relu(xs.double() @ w.double().T + b.double())
+    torch.testing.assert_close(torch.as_tensor(got).cpu().double(), want, rtol=5e-3, atol=5e-2)
 
 
 @pytest.mark.parametrize("B, L, S, H, D, mask, causal", [

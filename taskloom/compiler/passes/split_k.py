@@ -1,0 +1,124 @@
+"""Split-K for the GPU: a linear layer with too few output tiles to fill the GPU is split
+along K into partial products, one batch element each, summed after.
+
+At batch 1 a transformer's linears (128 x 768 x 768 in BERT-base at sequence 128) give the
+tensor-core template a few dozen blocks for 132 SMs, each looping over all of K; on an H100
+such a product ran at 3% achieved occupancy, waiting on its loads
+(``bench/results/2026-11-27-h100-first-run.md``). Split into ``s`` parts,
+
+    partials[p] = x[:, p-th part of K] @ weight[:, p-th part of K].T      (float32, s x M x N)
+    y = cast(sum over p of partials[p] + bias)
+
+the product has ``s`` times the blocks, as one batched product (the template's batch axis;
+the reshapes are its prologue), and the sum is a reduction kernel that takes the bias and
+whatever followed the layer as its epilogue. The partials stay in float32, so the result is
+rounded once, as the unsplit product's.
+
+``s`` is chosen by the analytic model (:mod:`~taskloom.schedule.cuda.mma_model`): the split
+whose product plus summation it prices lowest, where that is at least ``GAIN`` times
+faster than the product whole. The model does not price a block's latency, which is what
+the split hides, so it is cautious here. The split has not been timed on a GPU yet, so it
+is off unless asked for: ``TASKLOOM_SPLIT_K=auto`` splits where the model says so, and
+``TASKLOOM_SPLIT_K=4`` (2, 4 or 8) splits every linear whose K allows it into that many parts,
+for measuring.
+"""
+from __future__ import annotations
+
+import math
+import os
+import types
+
+from taskloom import ops
+from taskloom.compiler.passes.rewrite import Rewrite, rewrite
+from taskloom.errors import TaskloomError
+from taskloom.graph.graph import Graph, Node
+from taskloom.graph.tensor import Tensor
+from taskloom.ir import dtypes as T
+from taskloom.ir import expr as E
+from taskloom.ir.compute import compute, reduce
+from taskloom.ops.base import apply
+from taskloom.target.base import Target
+
+SPLITS = (2, 4, 8)
+#: the least K a part keeps: a few steps of the template's 32 for its pipeline to run
+MIN_PART = 128
+#: how much faster the model must price the split
+GAIN = 1.25
+#: a kernel's launch, in cycles, charged to the summation (a replayed CUDA graph's node)
+LAUNCH_CYCLES = 2000
+
+
+def split_k(graph: Graph, target: Target, parts: int | str | None = None) -> Graph:
+    """``graph`` with its linears split along K, on a CUDA target: ``parts`` ``"auto"`` where
+    the model says it pays, a number of parts where K allows, None (the default) as
+    ``TASKLOOM_SPLIT_K`` says (unset: no split)."""
+    parts = os.environ.get("TASKLOOM_SPLIT_K", "0") if parts is None else parts
+    if getattr(target, "kind", None) != "cuda" or parts in ("0", 0):
+        return graph
+    if parts != "auto" and str(parts) not in {str(s) for s in SPLITS}:
+        raise TaskloomError(f"split_k: {parts!r} is not a way to split; use 'auto' (where the model says it "
+                            f"pays), one of {', '.join(map(str, SPLITS))} (that many parts), or 0 (none)")
+    forced = None if parts == "auto" else int(parts)
+
+    def rule(node: Node, inputs: list[Tensor], ctx: Rewrite) -> list[Tensor] | None:
+        if node.op != "linear" or not _on_tensor_cores(node, bool(getattr(target, "tf32", False))):
+            return None
+        x, weight = inputs[0], inputs[1]
+        if not all(isinstance(d, int) for d in (*x.shape, *weight.shape)):
+            return None
+        m, (n, k) = math.prod(x.shape[:-1]), weight.shape
+        if forced is not None:
+            s = forced if _divides(k, forced) else None
+        else:
+            s = _best_split(m, n, k, x.dtype.nbytes, target)
+        return None if s is None else [_split(x, weight, inputs[2] if len(inputs) > 2 else None, s)]
+    return rewrite(graph, rule)
+
+
+def _on_tensor_cores(node: Node, tf32: bool) -> bool:
+    name = node.inputs[0].dtype.name
+    return name in ("float16", "bfloat16") or (tf32 and name == "float32")
+
+
+def _divides(k: int, s: int) -> bool:
+    """Whether K splits into ``s`` parts of whole steps of 32, each at least MIN_PART."""
+    return k % (32 * s) == 0 and k // s >= MIN_PART
+
+
+def _best_split(m: int, n: int, k: int, nbytes: int, target: Target) -> int | None:
+    """The number of parts the model prices fastest, if GAIN times faster than none."""
+    from taskloom.schedule.cuda.mma_model import SHARED_LIMIT, cycles, space
+    configs = space(nbytes, min(SHARED_LIMIT, target.shared_memory_per_block))  # type: ignore[attr-defined]
+
+    def product(batch: int, kk: int) -> float:
+        con = types.SimpleNamespace(batch=batch, M=m, N=n, K=kk)
+        return min(cycles(con, c, target, nbytes) for c in configs)  # type: ignore[arg-type]
+    whole = product(1, k)
+    l2_bytes_a_cycle = 48 * target.num_sms  # type: ignore[attr-defined]
+    priced = {s: product(s, k // s) + LAUNCH_CYCLES + (s * 4 + nbytes) * m * n / l2_bytes_a_cycle
+              for s in SPLITS if _divides(k, s)}
+    best = min(priced, key=priced.__getitem__, default=None)
+    return best if best is not None and priced[best] * GAIN <= whole else None
+
+
+def _split(x: Tensor, weight: Tensor, bias: Tensor | None, s: int) -> Tensor:
+    """``linear(x, weight, bias)`` as ``s`` float32 partial products summed."""
+    (n, k), m = weight.shape, math.prod(x.shape[:-1])
+    xs = ops.permute(ops.reshape(x, (m, s, k // s)), (1, 0, 2))             # (s, m, k/s)
+    ws = ops.permute(ops.reshape(weight, (n, s, k // s)), (1, 0, 2))        # (s, n, k/s)
+    y = ops.sum(_partials(xs, ws), axis=0)
+    if bias is not None:
+        y = y + ops.cast(bias, T.float32)
+    return ops.reshape(ops.cast(y, x.dtype), (*x.shape[:-1], n))
+
+
+def _partials(xs: Tensor, ws: Tensor) -> Tensor:
+    """``xs[p] @ ws[p].T`` for each part ``p``, summed and kept in float32."""
+    def build(X, W):
+        def fn(p, i, j):
+            return reduce([X.shape[2]], lambda q: E.cast(X[p, i, q], T.float32) * E.cast(W[p, j, q], T.float32), "sum")
+        return compute("split_k_partials", [X.shape[0], X.shape[1], W.shape[1]], fn)
+    return apply("split_k_partials", [xs, ws], ["x", "weight"], build)[0]
+
+
+__all__ = ["split_k", "SPLITS", "GAIN"]

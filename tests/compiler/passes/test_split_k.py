@@ -1,0 +1,68 @@
+"""Split-K for the GPU: a linear split along K into float32 partial products (one batched
+product, its reshapes a prologue) and their sum (the bias and what follows its epilogue)."""
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+import taskloom
+from taskloom import ops
+from taskloom.compiler.passes.split_k import _best_split, split_k
+from taskloom.errors import TaskloomError
+from taskloom.graph import Graph, input
+from taskloom.graph.fusion import fuse_graph
+from taskloom.target import CudaTarget
+from tests.compiler.passes.helpers import ops_of
+
+rng = np.random.default_rng(0)
+GPU = CudaTarget.from_arch("sm_90a")
+
+
+def layer(dtype: str = "float16", k: int = 512):
+    x = input((1, 40, k), dtype, name="x")
+    w = taskloom.asarray(rng.standard_normal((72, k)).astype(dtype))
+    b = taskloom.asarray(rng.standard_normal(72).astype(dtype))
+    return Graph([x], [ops.gelu(ops.linear(x, w, b))])
+
+
+def test_a_split_linear_is_a_batched_product_and_a_sum_with_the_epilogue():
+    g = split_k(layer(), GPU, parts=4)
+    assert ops_of(g) == ["reshape", "permute", "split_k_partials", "sum", "add", "cast", "reshape", "gelu"]
+    partials = g.nodes[2]
+    assert partials.outputs[0].shape == (4, 40, 72) and partials.outputs[0].dtype.name == "float32"
+    weight = partials.inputs[1]  # the constant weight, laid out by part at compile time
+    assert weight.is_concrete and weight.shape == (4, 72, 128)
+    assert [grp.ops for grp in fuse_graph(g)] == [["reshape", "permute", "split_k_partials"],
+                                                 ["sum", "add", "cast", "reshape", "gelu"]]
+
+
+def test_off_by_default_on_the_cpu_and_where_k_does_not_split(monkeypatch):
+    g = layer()
+    monkeypatch.delenv("TASKLOOM_SPLIT_K", raising=False)
+    assert split_k(g, GPU) is g and split_k(g, taskloom.host_target(), parts=4) is g
+    short = layer(k=96)  # parts of 48: not whole steps of 32
+    assert split_k(short, GPU, parts=2) is short
+    monkeypatch.setenv("TASKLOOM_SPLIT_K", "4")
+    assert "split_k_partials" in ops_of(split_k(g, GPU))
+    monkeypatch.setenv("TASKLOOM_SPLIT_K", "3")
+    with pytest.raises(TaskloomError, match="not a way to split"):
+        split_k(g, GPU)
+
+
+def test_the_model_splits_where_few_long_tiles_would_leave_the_gpu_idle():
+    assert _best_split(128, 768, 3072, 2, GPU) == 8        # BERT's second feed-forward linear
+    assert _best_split(4096, 4096, 4096, 2, GPU) is None   # waves of blocks already
+    assert _best_split(128, 768, 100, 2, GPU) is None      # K too short to split
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+@pytest.mark.parametrize("dtype, target", [("float16", "cuda:sm_90a"), ("float32", "cuda:sm_80 -tf32")])
+def test_a_split_layer_computes_what_the_whole_one_does(dtype, target):
+    g = layer(dtype)
+    split = taskloom.compile(split_k(g, CudaTarget.from_string(target), parts=4), target=target, device="emulator")
+    assert split.meta["kernels"][0]["schedule"].startswith("matmul_mma")
+    whole = taskloom.compile(g, target=target, device="emulator")
+    x = rng.standard_normal((1, 40, 512)).astype(dtype)
+    np.testing.assert_allclose(split(x).astype(np.float32), whole(x).astype(np.float32), rtol=2e-3, atol=2e-3)

@@ -5,19 +5,21 @@ The code of a build depends on the target's numbers, so a GPU that reads differe
 ``--gpu`` builds afresh; nothing is wrong then, only slower.
 
     TASKLOOM_CACHE_DIR=.gpucache python3 bench/gpu_prepare.py --gpu "NVIDIA H100 80GB HBM3" \
-        [--matmuls] bert resnet50
+        [--matmuls] [--tuning] bert resnet50
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import time
+from pathlib import Path
 
 import torch
 
 from taskloom.bench.zoo import build
 from taskloom.frontend.torch import Backend
 from taskloom.target import CudaTarget
+from taskloom.tune.records import Records
 
 
 class _Built(Exception):
@@ -51,6 +53,29 @@ def prepare_matmuls(target: CudaTarget) -> float:
     return seconds + time.perf_counter() - started
 
 
+def prepare_tuning(target: CudaTarget) -> float:
+    """The libraries the session's tune stage times (every config of the space for each of
+    its products, bench/gpu_session.py TUNED), built without timing anything; the seconds."""
+    import tempfile
+    from unittest import mock
+
+    import taskloom
+    from taskloom.backend.build import build_cuda_library
+    from gpu_session import TUNED, product_graph
+
+    def build_only(fns, tgt):
+        build_cuda_library(list(fns), tgt, name="tune")
+        return [1.0] * len(fns)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as scratch, \
+            mock.patch("taskloom.tune.cuda.time_on_gpu", build_only), \
+            mock.patch("taskloom.compiler.drivers._gpu_runs", lambda target: True), \
+            mock.patch("taskloom.tune.records.Records.default", lambda: Records(Path(scratch) / "t.sqlite")):
+        for m, n, k in TUNED:
+            taskloom.compile(product_graph(m, n, k), target=target, tune=2, device="emulator")
+    return time.perf_counter() - started
+
+
 def _compile(model, inputs, target: CudaTarget) -> float:
     backend = Backend(target=target, device="emulator")
 
@@ -74,12 +99,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("models", nargs="*")
     parser.add_argument("--matmuls", action="store_true", help="also the session's matmuls")
+    parser.add_argument("--tuning", action="store_true", help="also the libraries its tune stage times")
     parser.add_argument("--gpu", default="NVIDIA H100 80GB HBM3", help="the name the GPU's driver reports")
     parser.add_argument("--arch", default="sm_90a")
     args = parser.parse_args()
     target = dataclasses.replace(CudaTarget.from_arch(args.arch), name=args.gpu)
     if args.matmuls:
         print(f"matmuls: built in {prepare_matmuls(target):.1f} s", flush=True)
+    if args.tuning:
+        print(f"tuning: built in {prepare_tuning(target):.1f} s", flush=True)
     for name in args.models:
         print(f"{name}: built in {prepare(name, target):.1f} s", flush=True)
 

@@ -2,9 +2,10 @@
 cut short keeps what it finished): the bar matmuls against cuBLAS, the benchmark models in
 float16 at batch 1 against torch eager, torch.compile and torch.compile with CUDA graphs
 (:mod:`taskloom.bench.gpu`), and, per model, the kernels taskloom's program spends its time
-in (torch.profiler) beside the host's time per call, and BERT's linears split along K.
+in (torch.profiler) beside the host's time per call, the bar products tuned on the GPU
+against the analytic model's configs, and BERT's linears split along K.
 
-    python3 bench/gpu_session.py --out DIR [--stages matmul,models,split_k] [--models bert,resnet50]
+    python3 bench/gpu_session.py --out DIR [--stages matmul,models,tune,split_k] [--models bert,resnet50]
 """
 from __future__ import annotations
 
@@ -106,6 +107,49 @@ def split_linears(out: Path, repeats: int, rounds: int) -> None:
         _save(out / "split_k.json", results)
 
 
+#: (M, N, K) tuned on the GPU by the session's tune stage
+TUNED = [(4096, 4096, 4096), (2039, 2039, 2039), (128, 3072, 768), (128, 768, 768)]
+
+
+def product_graph(m: int, n: int, k: int) -> Any:
+    """The float16 ``A[m, k] @ B[k, n]`` the tune stage compiles (and gpu_prepare builds)."""
+    from taskloom import ops
+    from taskloom.graph import Graph, input
+    a, b = input((m, k), "float16", name="a"), input((k, n), "float16", name="b")
+    return Graph([a, b], [ops.matmul(a, b)])
+
+
+def tune_products(out: Path, repeats: int, rounds: int) -> None:
+    """Each TUNED product compiled at tune=0 (the analytic model's config), then tuned at
+    tune=2 (every config of the space timed on this GPU) and timed against it; every
+    config's time is saved, for the model to be checked against."""
+    import taskloom
+    from taskloom.bench.gpu import time_cuda_rounds
+    from taskloom.target import CudaTarget
+    from taskloom.tune.cuda import records_target
+    from taskloom.tune.records import Records
+    results = []
+    for m, n, k in TUNED:
+        graph = product_graph(m, n, k)
+        model = taskloom.compile(graph, target="cuda")
+        started = time.perf_counter()
+        tuned = taskloom.compile(graph, target="cuda", tune=2)
+        seconds = time.perf_counter() - started
+        x, y = torch.randn(m, k, device="cuda").half(), torch.randn(k, n, device="cuda").half()
+        times = time_cuda_rounds({"tune=0": lambda: model(x, y), "tune=2": lambda: tuned(x, y)}, repeats, rounds)
+        row = {name: (None if isinstance(t, Exception) else statistics.median(v for b in t for v in b))
+               for name, t in times.items()}
+        results.append({"M": m, "N": n, "K": k, "median_ms": row, "tune_s": seconds,
+                        "configs": [g["schedule"] for g in (model.meta["kernels"][-1], tuned.meta["kernels"][-1])]})
+        print(f"product {m}x{n}x{k}: tune=0 {row['tune=0']} ms ({results[-1]['configs'][0]}), tune=2 "
+              f"{row['tune=2']} ms ({results[-1]['configs'][1]}), tuned in {seconds:.0f} s", flush=True)
+        _save(out / "tune.json", results)
+    target = records_target(CudaTarget.device())
+    records = [{"workload": r.workload, "config": r.config, "seconds": r.seconds, "error": r.error}
+               for r in Records.default().records(target=target)]
+    _save(out / "tune.json", {"products": results, "records": records})
+
+
 def _host_ms(compiled: Any, inputs: tuple[Any, ...], calls: int) -> float:
     """Milliseconds a call, on the host's clock, ``calls`` calls back to back."""
     for _ in range(3):
@@ -181,6 +225,8 @@ def main() -> None:
         matmuls(args.out, args.repeats, args.rounds)
     if "models" in stages:
         models(args.out, args.models.split(","), args.repeats, args.rounds)
+    if "tune" in stages:
+        tune_products(args.out, args.repeats, args.rounds)
     if "split_k" in stages:
         split_linears(args.out, args.repeats, args.rounds)
 

@@ -2,7 +2,7 @@
 # A lent GPU's checks and measurements, most valuable first, each step under its own time
 # limit so that one hang costs only its step. Run from the repository root on the GPU
 # machine; what it finds lands in $OUT: log.txt (all output), gpu.json, matmul.json,
-# models.json, split_k.json (bench/gpu_session.py). A .gpucache folder made by bench/gpu_prepare.py is
+# models.json, tune.json, split_k.json (bench/gpu_session.py). A .gpucache folder made by bench/gpu_prepare.py is
 # used as taskloom's build cache when present.
 set -u
 OUT=${OUT:-/tmp/taskloom-gpu}
@@ -24,24 +24,19 @@ facts() {
     python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
     python3 -c "from taskloom.target.cuda import _read_device; print(_read_device(0))"
 }
-# shared-memory hazards on the GPU itself: the attention kernel and float16 configs of the matmul space
-RACES='import tests.gpu.test_kernels_on_gpu as t
-t.test_fused_attention(2, 37, 45, 3, 64, True, False)
-t.CHUNKS = 24
-t._space_case("float16", 5, "cuda", (True, False))'
 export -f facts
 {
     # installed, so that torch.compile finds backend="taskloom" by its entry point
     step 60 python3 -m pip install -q --no-deps --no-build-isolation --no-index -e .
     step 20 bash -c facts
-    step 150 python3 -m pytest -q -p no:cacheprovider -m cuda -n 8 --timeout 100 --tb=short -rfE \
+    step 120 python3 -m pytest -q -p no:cacheprovider -m cuda -n 16 --timeout 100 --tb=short -rfE \
         tests/gpu tests/runtime/test_device.py tests/frontend/test_torch_cuda.py tests/compiler/test_cuda_graph.py \
-        tests/bench/test_gpu.py
-    step 100 python3 bench/gpu_session.py --out "$OUT" --stages matmul
-    step "$(left 160)" python3 bench/gpu_session.py --out "$OUT" --stages models
-    step 60 python3 bench/gpu_session.py --out "$OUT" --stages split_k
+        tests/bench/test_gpu.py tests/tune/test_cuda_tuner.py
+    step 90 python3 bench/gpu_session.py --out "$OUT" --stages matmul
+    step "$(left 170)" python3 bench/gpu_session.py --out "$OUT" --stages models
+    step 100 python3 bench/gpu_session.py --out "$OUT" --stages tune
     step 60 ncu --kernel-name 'regex:^k[0-9]+_' --clock-control none --section SpeedOfLight \
         --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
         --section ComputeWorkloadAnalysis --section SourceCounters python3 bench/gpu_ncu_matmul.py
-    step "$(left 0)" compute-sanitizer --tool racecheck --target-processes application-only --print-limit 5 python3 -c "$RACES"
+    step "$(left 0)" python3 bench/gpu_session.py --out "$OUT" --stages split_k
 } 2>&1 | tee "$OUT/log.txt"

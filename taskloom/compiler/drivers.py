@@ -45,22 +45,42 @@ def _matmul_cpu_config(found: Candidate, target: Target, tune: int, deadline: fl
 
 
 def _cuda_config(choose: Callable[[Any, Any], Any]) -> Callable[[Candidate, Target, int, "float | None"], Any]:
-    """A CUDA template's driver: ``choose(contraction, target)``, nothing measured. Nothing
-    is measured on the GPU yet: a tuning level above 0 says so and takes the same choice."""
+    """A CUDA-core template's driver: ``choose(contraction, target)``, nothing measured (a
+    tuning level above 0 says so and takes the same choice)."""
     def driver(found: Candidate, target: Target, tune: int, deadline: float | None) -> Any:
         if tune > 0:
-            warnings.warn(f"tune={tune}: the CUDA matmul templates are not tuned by measurement yet; the "
-                          f"config of {found.template} is the analytic choice, as at tune=0",
-                          RuntimeWarning, stacklevel=3)
+            warnings.warn(f"tune={tune}: the CUDA-core matmul template is not tuned by measurement; its "
+                          "config is the analytic choice, as at tune=0", RuntimeWarning, stacklevel=3)
         return choose(found.tunable, target)  # type: ignore[attr-defined]
     return driver
+
+
+def _mma_config(found: Candidate, target: Target, tune: int, deadline: float | None) -> Any:
+    """The tensor-core template's driver: at ``tune=0`` this GPU's fastest record, else the
+    analytic model's choice; above 0, measured on the GPU the target names
+    (:mod:`taskloom.tune.cuda`), where this machine has it."""
+    from taskloom.tune.cuda import recorded_mma, tune_mma
+    if tune == 0:
+        return recorded_mma(found.tunable, target) or choose_mma(found.tunable, target)  # type: ignore[arg-type]
+    if not _gpu_runs(target):
+        warnings.warn(f"tune={tune}: the tensor-core matmul template is tuned on the GPU it compiles for, and "
+                      f"this machine has no GPU that runs {target.key()}; its config is the analytic choice",
+                      RuntimeWarning, stacklevel=3)
+        return choose_mma(found.tunable, target)  # type: ignore[arg-type]
+    return tune_mma(found, target, tune)  # type: ignore[arg-type]
+
+
+def _gpu_runs(target: Target) -> bool:
+    from taskloom.target.cuda import _read_device
+    here = _read_device(0)
+    return here is not None and target.runs_on(here)  # type: ignore[attr-defined]
 
 
 #: Per template: (candidate, target, tune level, deadline) -> config.
 CONFIG_DRIVERS: dict[str, Callable[[Candidate, Target, int, "float | None"], Any]] = {
     "matmul_cpu": _matmul_cpu_config,
     "matmul_cuda": _cuda_config(lambda con, target: choose_simt(con, target.num_sms)),
-    "matmul_mma": _cuda_config(choose_mma),
+    "matmul_mma": _mma_config,
     "attention_cuda": lambda found, target, tune, deadline: None,  # one schedule: nothing to choose
     "attention_cpu": lambda found, target, tune, deadline: choose_attention_cpu(found.tunable, target),
 }

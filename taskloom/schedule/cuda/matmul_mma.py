@@ -200,6 +200,13 @@ def _factor(con: Contraction, name: str, expr: E.Expr, outer: E.Var, extent: int
     return _Factor(name, expr, outer, extent, block, _k_contiguous(expr, con.vk, outer), 0)
 
 
+def read_layouts(con: Contraction, nbytes: int) -> str:
+    """How the template reads ``con``'s factors: ``k`` for a K-contiguous tile, ``x`` for an
+    M- (N-) contiguous one, A then B (what a tuning record of the contraction depends on)."""
+    return "".join("k" if _factor(con, name, expr, outer, extent, 16, nbytes).k_inner else "x"
+                   for name, expr, outer, extent in (("A", con.a, con.vm, con.M), ("B", con.b, con.vn, con.N)))
+
+
 def _all(*conditions: E.Expr | None) -> E.Expr | None:
     """The conjunction of the conditions that are not None; None when none is left."""
     left = [c for c in conditions if c is not None]

@@ -26,12 +26,14 @@ facts() {
 }
 export -f facts
 {
-    # installed, so that torch.compile finds backend="taskloom" by its entry point
+    # installed, so that torch.compile finds backend="taskloom" by its entry point; wheels
+    # carried in .whl (nvidia-cuda-crt, for NVRTC builds, matching the machine's CUDA runtime)
     step 60 python3 -m pip install -q --no-deps --no-build-isolation --no-index -e .
+    [ -d .whl ] && step 60 python3 -m pip install -q --no-deps --no-index .whl/*.whl
     step 20 bash -c facts
     step 120 python3 -m pytest -q -p no:cacheprovider -m cuda -n 16 --timeout 100 --tb=short -rfE \
         tests/gpu tests/runtime/test_device.py tests/frontend/test_torch_cuda.py tests/compiler/test_cuda_graph.py \
-        tests/bench/test_gpu.py tests/tune/test_cuda_tuner.py
+        tests/bench/test_gpu.py tests/tune/test_cuda_tuner.py tests/backend/test_nvrtc.py
     step 90 python3 bench/gpu_session.py --out "$OUT" --stages matmul
     step "$(left 170)" python3 bench/gpu_session.py --out "$OUT" --stages models
     step 100 python3 bench/gpu_session.py --out "$OUT" --stages tune

@@ -140,6 +140,11 @@ class BuiltCudaLibrary:
     kernels: tuple[S.Function, ...]
 
 
+def _host_only(source: str) -> str:
+    """``source`` (host code) hidden from NVRTC, which compiles the device code alone."""
+    return f"\n#if !defined(__CUDACC_RTC__)\n{source}\n#endif\n" if source else ""
+
+
 def _signatures(fns: Sequence[S.Function]) -> list[dict[str, Any]]:
     """Each function's call signature; ``status`` where the kernel takes a status last, for
     its run-time checks to report to."""
@@ -163,7 +168,7 @@ def build_cuda_library(functions: S.Function | S.Module | Sequence[S.Function], 
     started = time.perf_counter()
     sigs = _signatures(fns)
     lowered = tuple(lowered) if lowered is not None else tuple(transforms.lower(f) for f in fns)
-    source = codegen_cuda(S.Module(lowered), target) + extra_source
+    source = codegen_cuda(S.Module(lowered), target) + _host_only(extra_source)
     generated = time.perf_counter()
     lib, resources = compile_cuda_library(source, target, name=name or fns[0].name, cache=cache,
                                           meta={"signatures": sigs})

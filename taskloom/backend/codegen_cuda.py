@@ -146,32 +146,50 @@ class _CudaKernelCodegen(CFamilyCodegen):
         self.emit_doc()
         params = self.param_list()
         symbol = c_symbol(self.fn.name)
+        self.emit(0, "#if defined(__CUDACC__)")
         self.emit(0, f'extern "C" __global__ void {bounds}{symbol}({params}) {{')
         if self.dynamic_bytes and self.declares_shared():
             self.emit(1, "extern __shared__ __align__(16) unsigned char tl_dynamic_shared[];")
         self.block(self.fn.body, 1)
         self.emit(0, "}")
+        self.emit(0, "#endif")
         self.lines.append("")
         self.launcher(symbol, params, grid, block, dynamic)
         return "\n".join(self.lines)
 
     def launcher(self, symbol: str, params: str, grid: tuple, block: tuple, dynamic: E.Expr) -> None:
-        """The host function that launches the kernel on a stream and returns the error code."""
-        args = ", ".join([c_name(p.name) for p in self.fn.params] + ([STATUS] if self.fn.reports_status else []))
+        """The host function that launches the kernel on a stream and returns the error code:
+        by ``<<<>>>`` where nvcc builds it, else from the cubin NVRTC built (the prelude's
+        ``tl_kernel``)."""
+        names = [c_name(p.name) for p in self.fn.params] + ([STATUS] if self.fn.reports_status else [])
+        args = ", ".join(names)
         sep = ", " if args else ""
+        self.emit(0, "#if !defined(__CUDACC_RTC__)")
         self.emit(0, f'extern "C" int {LAUNCH_PREFIX}{symbol}({params if args else ""}{sep}void* stream) {{')
         self.emit(1, f"const dim3 grid({', '.join(self.expr(g) for g in grid)});")
         self.emit(1, f"const dim3 block({', '.join(self.expr(b) for b in block)});")
         self.emit(1, f"const size_t shared_bytes = (size_t)({self.expr(dynamic)});")
+        # ::kernel, the global one: a parameter may have the kernel's name (an output named after its op)
+        self.emit(0, "#if defined(__CUDACC__)")
+        self.emit(1, f"const void* const fn = (const void*)::{symbol};")
+        self.emit(0, "#else")
+        self.emit(1, "static cudaKernel_t kernel = nullptr;")
+        self.emit(1, f'if (kernel == nullptr) {{ int e = tl_kernel("{symbol}", &kernel); if (e) return e; }}')
+        self.emit(1, "const void* const fn = (const void*)kernel;")
+        self.emit(0, "#endif")
         self.emit(1, "if (shared_bytes > 48 * 1024) {  // above 48 KiB a kernel must opt in")
-        self.emit(2, f"cudaFuncSetAttribute(::{symbol}, cudaFuncAttributeMaxDynamicSharedMemorySize, "
-                     "(int)shared_bytes);")
+        self.emit(2, "cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared_bytes);")
         self.emit(1, "}")
         self.emit(1, "if (grid.x == 0 || grid.y == 0 || grid.z == 0) return 0;  // nothing to do")
-        # ::kernel, the global one: a parameter may have the kernel's name (an output named after its op)
+        self.emit(0, "#if defined(__CUDACC__)")
         self.emit(1, f"::{symbol}<<<grid, block, shared_bytes, (cudaStream_t)stream>>>({args});")
         self.emit(1, "return (int)cudaGetLastError();")
+        self.emit(0, "#else")
+        self.emit(1, f"void* argv[] = {{{', '.join(f'(void*)&{n}' for n in names) or 'nullptr'}}};")
+        self.emit(1, "return (int)cudaLaunchKernel(fn, grid, block, argv, shared_bytes, (cudaStream_t)stream);")
+        self.emit(0, "#endif")
         self.emit(0, "}")
+        self.emit(0, "#endif")
 
 
 def cuda_param_type(p: E.Var) -> str:

@@ -1,13 +1,33 @@
 """The helpers every generated CUDA file starts with: the scalar helpers the C-family
 renderer names (``tl_min_f32``, ``tl_bf16_to_f32``...), the status that run-time index
 checks report to (device and host sides), warp reductions, 16-byte copies, and the PTX
-of ``cp.async``, ``ldmatrix`` and ``mma.sync`` (sm_80 and newer) as small inline functions."""
+of ``cp.async``, ``ldmatrix`` and ``mma.sync`` (sm_80 and newer) as small inline functions;
+and, for a build by NVRTC, the loader of the embedded cubin's kernels."""
 
-CUDA_PRELUDE = r"""#include <cstdint>
+CUDA_PRELUDE = r"""// One file for three compilers: nvcc builds all of it; NVRTC (__CUDACC_RTC__) the device
+// code alone, into a cubin; the host's C++ compiler beside it (no __CUDACC__) the host code,
+// which launches the kernels from that cubin, embedded in the library.
+#if defined(__CUDACC_RTC__)  // NVRTC has no standard headers
+typedef signed char int8_t; typedef unsigned char uint8_t; typedef short int16_t; typedef unsigned short uint16_t;
+typedef int int32_t; typedef unsigned int uint32_t; typedef long long int64_t; typedef unsigned long long uint64_t;
+#else
+#include <cstdint>
+#include <cuda_runtime.h>
+#endif
+#if defined(__CUDACC__)
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
-#include <cuda_runtime.h>
+#else  // beside NVRTC the host passes 16-bit floats by address and by value alone: their storage
+struct __half { unsigned short bits; };
+struct __nv_bfloat16 { unsigned short bits; };
+#endif
 
+// Run-time index checks report to a status in device memory that the launcher passes each
+// kernel with checks: the first failed check's number (in taskloom_checks, from 1), the value
+// and the valid range [low, high].
+typedef struct { long long check, value, low, high; } tl_status;
+
+#if defined(__CUDACC__)  // device code
 #define TL_DEVICE static __device__ __forceinline__
 #define TL_MINMAX(T, S) \
   TL_DEVICE T tl_min_##S(T a, T b) { return a < b ? a : b; } \
@@ -28,11 +48,8 @@ TL_DEVICE int32_t tl_abs_i32(int32_t a) { return a < 0 ? -a : a; }
 TL_DEVICE int64_t tl_abs_i64(int64_t a) { return a < 0 ? -a : a; }
 TL_DEVICE float tl_sigmoid_f32(float x) { return 1.0f / (1.0f + expf(-x)); }
 TL_DEVICE double tl_sigmoid_f64(double x) { return 1.0 / (1.0 + exp(-x)); }
-// Run-time index checks report to a status in device memory that the launcher passes each
-// kernel with checks: the first failed check's number (in taskloom_checks, from 1), the value
-// and the valid range [low, high]. The thread whose compare-and-swap claims the status fills
-// it in; a bad index reads position 0, so no load leaves its tensor.
-typedef struct { long long check, value, low, high; } tl_status;
+// The thread whose compare-and-swap claims the status fills it in; a bad index reads
+// position 0, so no load leaves its tensor.
 static __device__ __noinline__ void tl_check_failed(tl_status* st, long long check, long long value,
                                                     long long low, long long high) {
   if (atomicCAS((unsigned long long*)&st->check, 0ull, ~0ull) == 0ull) {
@@ -50,20 +67,6 @@ TL_DEVICE int64_t tl_index_wrap(int64_t i, int64_t n, tl_status* st, long long c
   if ((uint64_t)w >= (uint64_t)n) { tl_check_failed(st, check, i, -n, n - 1); return 0; }
   return w;
 }
-// The host side of a status: a zeroed one in device memory, and reading it back after the
-// launches on a stream (zeroing it again when a check failed). Both return the CUDA error.
-extern "C" int taskloom_status_new(void** status) {
-  cudaError_t e = cudaMalloc(status, sizeof(tl_status));
-  return (int)(e != cudaSuccess ? e : cudaMemset(*status, 0, sizeof(tl_status)));
-}
-extern "C" int taskloom_status_take(void* status, tl_status* host, void* stream) {
-  cudaStream_t s = (cudaStream_t)stream;
-  cudaMemcpyAsync(host, status, sizeof(tl_status), cudaMemcpyDeviceToHost, s);
-  cudaError_t e = cudaStreamSynchronize(s);
-  if (e == cudaSuccess && host->check) e = cudaMemsetAsync(status, 0, sizeof(tl_status), s);
-  return (int)e;
-}
-
 TL_DEVICE float tl_bf16_to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
 TL_DEVICE __nv_bfloat16 tl_f32_to_bf16(float x) { return __float2bfloat16(x); }
 
@@ -137,4 +140,36 @@ TL_DEVICE void tl_mma_m16n8k8_tf32(float* d, const float* a, const float* b, con
                : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "r"(B[0]), "r"(B[1]),
                  "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
 }
+#endif  // device code
+
+#if !defined(__CUDACC_RTC__)  // host code
+// The host side of a status: a zeroed one in device memory, and reading it back after the
+// launches on a stream (zeroing it again when a check failed). Both return the CUDA error.
+extern "C" int taskloom_status_new(void** status) {
+  cudaError_t e = cudaMalloc(status, sizeof(tl_status));
+  return (int)(e != cudaSuccess ? e : cudaMemset(*status, 0, sizeof(tl_status)));
+}
+extern "C" int taskloom_status_take(void* status, tl_status* host, void* stream) {
+  cudaStream_t s = (cudaStream_t)stream;
+  cudaMemcpyAsync(host, status, sizeof(tl_status), cudaMemcpyDeviceToHost, s);
+  cudaError_t e = cudaStreamSynchronize(s);
+  if (e == cudaSuccess && host->check) e = cudaMemsetAsync(status, 0, sizeof(tl_status), s);
+  return (int)e;
+}
+#endif
+
+#if !defined(__CUDACC__)  // host code beside NVRTC: the kernels of the cubin TL_CUBIN names
+#include <mutex>
+extern "C" const unsigned char tl_cubin[];
+__asm__(".section .rodata\n.balign 16\n.hidden tl_cubin\n.global tl_cubin\ntl_cubin:\n"
+        ".incbin \"" TL_CUBIN "\"\n.previous\n");
+// kernel `name` of the cubin, which the first call loads (the CUDA error, or 0)
+static int tl_kernel(const char* name, cudaKernel_t* kernel) {
+  static std::once_flag once;
+  static cudaLibrary_t library;
+  static cudaError_t loaded;
+  std::call_once(once, [] { loaded = cudaLibraryLoadData(&library, tl_cubin, nullptr, nullptr, 0, nullptr, nullptr, 0); });
+  return loaded != cudaSuccess ? (int)loaded : (int)cudaLibraryGetKernel(kernel, library, name);
+}
+#endif
 """

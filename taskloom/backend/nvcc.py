@@ -3,10 +3,12 @@ report of what each kernel uses.
 
 ``nvcc`` builds the kernels for the target's architecture and the host code that launches
 them into one shared library (the CUDA runtime linked statically, so loading it needs no
-GPU and no toolkit; running it needs the driver). ptxas's verbose report (registers, spill
-bytes, shared memory, barriers per kernel) is parsed and kept in the cache entry's
-metadata; :func:`check_resources` refuses a kernel that needs more than the target has
-before anything is launched.
+GPU and no toolkit; running it needs the driver). Where nvcc is not installed, NVRTC and
+the CUDA runtime from PyPI build the same file (:mod:`taskloom.backend.nvrtc`;
+``TASKLOOM_CUDA_COMPILER`` picks one). ptxas's verbose report (registers, spill bytes,
+shared memory, barriers per kernel) is parsed and kept in the cache entry's metadata;
+:func:`check_resources` refuses a kernel that needs more than the target has before
+anything is launched.
 """
 from __future__ import annotations
 
@@ -78,10 +80,32 @@ def cuda_flags(target: CudaTarget, extra_flags: Sequence[str] = ()) -> list[str]
     return [*BASE_FLAGS, *target.nvcc_flags(), *extra_flags]
 
 
-def cuda_build_key(source: str, flags: Sequence[str], target: CudaTarget) -> str:
-    """The cache key of a CUDA build: sha256 of the source, flags, nvcc release and target."""
-    parts = {"source": source, "flags": list(flags), "nvcc": nvcc_version(), "target": target.key()}
+def cuda_compiler() -> str:
+    """Which compiler builds CUDA here: ``$TASKLOOM_CUDA_COMPILER`` (``nvcc`` or ``nvrtc``),
+    else nvcc where it is installed, else NVRTC from PyPI where that is
+    (:mod:`taskloom.backend.nvrtc`), else nvcc (whose absence the build then reports)."""
+    asked = os.environ.get("TASKLOOM_CUDA_COMPILER", "")
+    if asked:
+        if asked not in ("nvcc", "nvrtc"):
+            raise CompileError(f"TASKLOOM_CUDA_COMPILER={asked!r} names no CUDA compiler; use 'nvcc' or 'nvrtc'")
+        return asked
+    if os.environ.get("NVCC") or shutil.which("nvcc") or Path("/usr/local/cuda/bin/nvcc").exists():
+        return "nvcc"
+    from taskloom.backend import nvrtc
+    return "nvrtc" if nvrtc.problem() is None else "nvcc"
+
+
+def cuda_build_key(source: str, flags: Sequence[str], target: CudaTarget, compiler: str = "nvcc") -> str:
+    """The cache key of a CUDA build: sha256 of the source, flags, compiler release and target."""
+    parts = {"source": source, "flags": list(flags), "nvcc": _release(compiler), "target": target.key()}
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def _release(compiler: str) -> str:
+    if compiler == "nvcc":
+        return nvcc_version()
+    from taskloom.backend import nvrtc
+    return nvrtc.version()
 
 
 def compile_cuda_library(source: str, target: CudaTarget, *, name: str = "module",
@@ -93,23 +117,61 @@ def compile_cuda_library(source: str, target: CudaTarget, *, name: str = "module
     Cached by :func:`cuda_build_key`; a failure is a :class:`CompileError` with nvcc's
     output and the path of the kept source."""
     cache = cache or BuildCache.default()
-    flags = cuda_flags(target, extra_flags)
-    key = cuda_build_key(source, flags, target)
+    compiler = cuda_compiler()
+    flags = cuda_flags(target, extra_flags) if compiler == "nvcc" else _nvrtc_flags(target, extra_flags)
+    key = cuda_build_key(source, flags, target, compiler)
     entry = cache.lookup(key)
     if entry is not None:
         return entry.lib_path, {k: KernelResources(**v) for k, v in entry.meta.get("resources", {}).items()}
-    command = nvcc_command()
-
-    def steps(src: Path, lib: Path) -> list[list[list[str]]]:
-        return [[[*command, *flags, "-o", str(lib), str(src)]]]
-    info = {"flags": flags, "compiler": nvcc_version(), "target": target.key(), **(meta or {})}
+    steps = _nvcc_steps(flags) if compiler == "nvcc" else _nvrtc_steps(target, extra_flags)
+    info = {"flags": flags, "compiler": _release(compiler), "target": target.key(), **(meta or {})}
     found: dict[str, KernelResources] = {}
 
     def describe(output: str) -> dict[str, Any]:
         found.update(parse_ptxas_report(output))
         return {"resources": {k: asdict(v) for k, v in found.items()}}
-    lib = build_cached(cache, key, name, source, "source.cu", steps, info, timeout, _MISSING, describe)
+    missing = _MISSING if compiler == "nvcc" else _nvrtc_missing()
+    lib = build_cached(cache, key, name, source, "source.cu", steps, info, timeout, missing, describe)
     return lib, found
+
+
+def _nvcc_steps(flags: Sequence[str]) -> Any:
+    command = nvcc_command()
+    return lambda src, lib: [[[*command, *flags, "-o", str(lib), str(src)]]]
+
+
+#: the host compiler's flags beside NVRTC
+HOST_FLAGS: tuple[str, ...] = ("-O2", "-std=c++17", "-shared", "-fPIC", "-x", "c++")
+
+
+def _nvrtc_flags(target: CudaTarget, extra_flags: Sequence[str]) -> list[str]:
+    return ["nvrtc", f"--gpu-architecture={target.arch}", *HOST_FLAGS, *extra_flags]
+
+
+def _nvrtc_steps(target: CudaTarget, extra_flags: Sequence[str]) -> Any:
+    """NVRTC to a cubin beside the source, then the host compiler to the library."""
+    import sys
+
+    from taskloom.backend import nvrtc
+    dirs = nvrtc.runtime_dirs()
+    if dirs is None or nvrtc.host_compiler() is None:
+        raise CompileError(f"cannot build CUDA with NVRTC here: {nvrtc.problem()}; {nvrtc.MISSING}")
+    include, libdir = dirs
+
+    def steps(src: Path, lib: Path) -> list[list[list[str]]]:
+        cubin = src.with_suffix(".cubin")
+        device = [sys.executable, "-m", "taskloom.backend.nvrtc", str(src), str(cubin), "--arch", target.arch,
+                  "--include", str(include)]
+        host = [*shlex.split(str(nvrtc.host_compiler())), *HOST_FLAGS, *extra_flags, f"-I{include}",
+                f'-DTL_CUBIN="{cubin}"', str(src), f"-L{libdir}", f"-l:{nvrtc.library_name(libdir)}",
+                f"-Wl,-rpath,{libdir}", "-o", str(lib)]
+        return [[device], [host]]
+    return steps
+
+
+def _nvrtc_missing() -> str:
+    from taskloom.backend import nvrtc
+    return nvrtc.MISSING
 
 
 _ENTRY = re.compile(r"ptxas info\s*: (?:Compiling entry function|Function properties for) '?([\w$.]+)'?")

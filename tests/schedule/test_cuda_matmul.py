@@ -114,6 +114,6 @@ def test_a_float16_matmul_accumulates_in_float32():
 
 def test_tuning_a_cuda_graph_says_that_nothing_is_measured():
     a = feed("a", arr(16, 8))
-    with pytest.warns(RuntimeWarning, match="not tuned by measurement yet"):
+    with pytest.warns(RuntimeWarning, match="CUDA-core matmul template is not tuned by measurement"):
         taskloom.compile(Graph([a], [ops.matmul(a, taskloom.asarray(arr(8, 16)))]), target="cuda:sm_80",
                          device="emulator", tune=1)

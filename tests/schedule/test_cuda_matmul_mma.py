@@ -71,8 +71,9 @@ def test_matmul_bias_relu_on_odd_shapes(M, K, N, config):
     np.testing.assert_allclose(f32(out), want, rtol=2e-3, atol=2e-2)
     assert report.counters.bank_conflicts == 0
     assert report.instructions["mma"] == mma_count(1, M, N, K, config)
-    # a row of A or B is 16-byte aligned exactly when K and N are multiples of 8
-    assert ("A into [m][k] by cp.async" in fn.attr("doc")) == (K % 8 == 0)
+    # a row of A or B is 16-byte aligned exactly when K and N are multiples of 8 (or A has
+    # only one row, at the tensor's start: its last piece is copied in part)
+    assert ("A into [m][k] by cp.async" in fn.attr("doc")) == (K % 8 == 0 or M == 1)
     assert ("B into [k][n] by cp.async" in fn.attr("doc")) == (N % 8 == 0)
 
 

@@ -170,25 +170,29 @@ class _CudaKernelCodegen(CFamilyCodegen):
         self.emit(1, f"const dim3 block({', '.join(self.expr(b) for b in block)});")
         self.emit(1, f"const size_t shared_bytes = (size_t)({self.expr(dynamic)});")
         # ::kernel, the global one: a parameter may have the kernel's name (an output named after its op)
-        self.emit(0, "#if defined(__CUDACC__)")
-        self.emit(1, f"const void* const fn = (const void*)::{symbol};")
-        self.emit(0, "#else")
-        self.emit(1, "static cudaKernel_t kernel = nullptr;")
-        self.emit(1, f'if (kernel == nullptr) {{ int e = tl_kernel("{symbol}", &kernel); if (e) return e; }}')
-        self.emit(1, "const void* const fn = (const void*)kernel;")
-        self.emit(0, "#endif")
+        self.either([f"const void* const fn = (const void*)::{symbol};"],
+                    ["static cudaKernel_t kernel = nullptr;",
+                     f'if (kernel == nullptr) {{ int e = tl_kernel("{symbol}", &kernel); if (e) return e; }}',
+                     "const void* const fn = (const void*)kernel;"])
         self.emit(1, "if (shared_bytes > 48 * 1024) {  // above 48 KiB a kernel must opt in")
         self.emit(2, "cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared_bytes);")
         self.emit(1, "}")
         self.emit(1, "if (grid.x == 0 || grid.y == 0 || grid.z == 0) return 0;  // nothing to do")
-        self.emit(0, "#if defined(__CUDACC__)")
-        self.emit(1, f"::{symbol}<<<grid, block, shared_bytes, (cudaStream_t)stream>>>({args});")
-        self.emit(1, "return (int)cudaGetLastError();")
-        self.emit(0, "#else")
-        self.emit(1, f"void* argv[] = {{{', '.join(f'(void*)&{n}' for n in names) or 'nullptr'}}};")
-        self.emit(1, "return (int)cudaLaunchKernel(fn, grid, block, argv, shared_bytes, (cudaStream_t)stream);")
-        self.emit(0, "#endif")
+        self.either([f"::{symbol}<<<grid, block, shared_bytes, (cudaStream_t)stream>>>({args});",
+                     "return (int)cudaGetLastError();"],
+                    [f"void* argv[] = {{{', '.join(f'(void*)&{n}' for n in names) or 'nullptr'}}};",
+                     "return (int)cudaLaunchKernel(fn, grid, block, argv, shared_bytes, (cudaStream_t)stream);"])
         self.emit(0, "}")
+        self.emit(0, "#endif")
+
+    def either(self, by_nvcc: list[str], beside_nvrtc: list[str]) -> None:
+        """Lines for nvcc's build, else for the host's compiler beside NVRTC's."""
+        self.emit(0, "#if defined(__CUDACC__)")
+        for line in by_nvcc:
+            self.emit(1, line)
+        self.emit(0, "#else")
+        for line in beside_nvrtc:
+            self.emit(1, line)
         self.emit(0, "#endif")
 
 

@@ -119,6 +119,28 @@ def product_graph(m: int, n: int, k: int) -> Any:
     return Graph([a, b], [ops.matmul(a, b)])
 
 
+def _model_against_times(m: int, n: int, k: int) -> dict[str, Any]:
+    """Each timed config of the float16 product m x n x k on this GPU beside the analytic
+    model's cycles for it, and their rank correlation."""
+    import types
+    from taskloom.cli.tune_report import spearman
+    from taskloom.schedule.cuda.matmul_mma import MmaConfig
+    from taskloom.schedule.cuda.mma_model import cycles
+    from taskloom.target import CudaTarget
+    from taskloom.tune.cuda import records_target
+    from taskloom.tune.records import Records
+    target = CudaTarget.device()
+    con = types.SimpleNamespace(batch=1, M=m, N=n, K=k)
+    points = []
+    for r in Records.default().records(target=records_target(target)):
+        if r.workload.startswith(f"matmul_mma/1x{m}x{n}x{k}/") and r.seconds is not None:
+            c = MmaConfig(r.config["block_m"], r.config["block_n"], r.config["block_k"], tuple(r.config["warps"]),
+                          r.config["stages"])
+            points.append({"config": r.config, "seconds": r.seconds, "cycles": cycles(con, c, target)})
+    rho = spearman([p["cycles"] for p in points], [p["seconds"] for p in points])
+    return {"points": points, "spearman": None if rho is None else round(rho, 3)}
+
+
 def tune_products(out: Path, repeats: int, rounds: int) -> None:
     """Each TUNED product compiled at tune=0 (the analytic model's config), then tuned at
     tune=2 (every config of the space timed on this GPU) and timed against it; every
@@ -140,14 +162,14 @@ def tune_products(out: Path, repeats: int, rounds: int) -> None:
         row = {name: (None if isinstance(t, Exception) else statistics.median(v for b in t for v in b))
                for name, t in times.items()}
         results.append({"M": m, "N": n, "K": k, "median_ms": row, "tune_s": seconds,
-                        "configs": [g["schedule"] for g in (model.meta["kernels"][-1], tuned.meta["kernels"][-1])]})
+                        "configs": [g["schedule"] for g in (model.meta["kernels"][-1], tuned.meta["kernels"][-1])],
+                        "model": _model_against_times(m, n, k)})
         print(f"product {m}x{n}x{k}: tune=0 {row['tune=0']} ms ({results[-1]['configs'][0]}), tune=2 "
-              f"{row['tune=2']} ms ({results[-1]['configs'][1]}), tuned in {seconds:.0f} s", flush=True)
+              f"{row['tune=2']} ms ({results[-1]['configs'][1]}), tuned in {seconds:.0f} s; the model's rank "
+              f"correlation with the times {results[-1]['model']['spearman']}", flush=True)
         _save(out / "tune.json", results)
-    target = records_target(CudaTarget.device())
-    records = [{"workload": r.workload, "config": r.config, "seconds": r.seconds, "error": r.error}
-               for r in Records.default().records(target=target)]
-    _save(out / "tune.json", {"products": results, "records": records})
+    Records.default().export(out / "records.jsonl", target=records_target(CudaTarget.device()))
+    _save(out / "tune.json", {"products": results})
 
 
 def _host_ms(compiled: Any, inputs: tuple[Any, ...], calls: int) -> float:

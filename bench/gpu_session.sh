@@ -2,7 +2,7 @@
 # A lent GPU's checks and measurements, most valuable first, each step under its own time
 # limit so that one hang costs only its step. Run from the repository root on the GPU
 # machine; what it finds lands in $OUT: log.txt (all output), gpu.json, matmul.json,
-# models.json, tune.json, split_k.json (bench/gpu_session.py). A .gpucache folder made by bench/gpu_prepare.py is
+# models.json, tune.json, records.jsonl, split_k.json (bench/gpu_session.py). A .gpucache folder made by bench/gpu_prepare.py is
 # used as taskloom's build cache when present.
 set -u
 OUT=${OUT:-/tmp/taskloom-gpu}

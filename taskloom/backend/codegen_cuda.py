@@ -174,8 +174,18 @@ class _CudaKernelCodegen(CFamilyCodegen):
                     ["static cudaKernel_t kernel = nullptr;",
                      f'if (kernel == nullptr) {{ int e = tl_kernel("{symbol}", &kernel); if (e) return e; }}',
                      "const void* const fn = (const void*)kernel;"])
-        self.emit(1, "if (shared_bytes > 48 * 1024) {  // above 48 KiB a kernel must opt in")
-        self.emit(2, "cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared_bytes);")
+        # above 48 KiB a kernel must opt in: once a device, so that a launch captured into a
+        # CUDA graph (after one that was not) makes no other call
+        self.emit(1, "if (shared_bytes > 48 * 1024) {")
+        self.emit(2, "static size_t opted[TL_DEVICES];")
+        self.emit(2, "int device = 0;")
+        self.emit(2, "cudaGetDevice(&device);")
+        self.emit(2, "if (device >= TL_DEVICES || opted[device] < shared_bytes) {")
+        self.emit(3, "int e = (int)cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, "
+                     "(int)shared_bytes);")
+        self.emit(3, "if (e) return e;")
+        self.emit(3, "if (device < TL_DEVICES) opted[device] = shared_bytes;")
+        self.emit(2, "}")
         self.emit(1, "}")
         self.emit(1, "if (grid.x == 0 || grid.y == 0 || grid.z == 0) return 0;  // nothing to do")
         self.either([f"::{symbol}<<<grid, block, shared_bytes, (cudaStream_t)stream>>>({args});",

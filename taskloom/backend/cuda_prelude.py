@@ -143,6 +143,7 @@ TL_DEVICE void tl_mma_m16n8k8_tf32(float* d, const float* a, const float* b, con
 #endif  // device code
 
 #if !defined(__CUDACC_RTC__)  // host code
+#define TL_DEVICES 64  // the GPUs a launcher remembers its kernel's shared-memory opt-in for
 // The host side of a status: a zeroed one in device memory, and reading it back after the
 // launches on a stream (zeroing it again when a check failed). Both return the CUDA error.
 extern "C" int taskloom_status_new(void** status) {

@@ -237,8 +237,9 @@ class _Replay:
     def capture(cls, gpu: "_GpuState", ins: list[Any], specs: list[dict[str, Any]]) -> "_Replay | None":
         torch = gpu.torch
         try:
-            static_ins = [t.clone() for t in ins]
-            static_outs = [torch.empty(o["shape"], dtype=gpu.torch_dtype(o["dtype"]), device="cuda") for o in specs]
+            with torch.inference_mode(False):  # buffers a later call may write, in inference mode or not
+                static_ins = [t.clone() for t in ins]
+                static_outs = [torch.empty(o["shape"], dtype=gpu.torch_dtype(o["dtype"]), device="cuda") for o in specs]
             side = torch.cuda.Stream()  # warm up off the capturing stream, as torch asks
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):

@@ -1,5 +1,6 @@
-"""Split-K for the GPU: a linear layer with too few output tiles to fill the GPU is split
-along K into partial products, one batch element each, summed after.
+"""Split-K for the GPU: a linear layer (or a matmul by a 2-d factor, as traced models give
+them) with too few output tiles to fill the GPU is split along K into partial products, one
+batch element each, summed after.
 
 At batch 1 a transformer's linears (128 x 768 x 768 in BERT-base at sequence 128) give the
 tensor-core template a few dozen blocks for 132 SMs, each looping over all of K; on an H100
@@ -61,11 +62,13 @@ def split_k(graph: Graph, target: Target, parts: int | str | None = None) -> Gra
     forced = None if parts == "auto" else int(parts)
 
     def rule(node: Node, inputs: list[Tensor], ctx: Rewrite) -> list[Tensor] | None:
-        if node.op != "linear" or not _on_tensor_cores(node, bool(getattr(target, "tf32", False))):
+        if node.op not in ("linear", "matmul") or not _on_tensor_cores(node, bool(getattr(target, "tf32", False))):
             return None
         x, weight = inputs[0], inputs[1]
-        if not all(isinstance(d, int) for d in (*x.shape, *weight.shape)):
-            return None
+        if x.ndim < 2 or weight.ndim != 2 or not all(isinstance(d, int) for d in (*x.shape, *weight.shape)):
+            return None  # (a matmul's b of more axes is a batched product: its own blocks fill the GPU)
+        if node.op == "matmul":  # b is (K, N): the linear of its transpose
+            weight = _Transposed(weight)
         m, (n, k) = math.prod(x.shape[:-1]), weight.shape
         if forced is not None:
             s = forced if _divides(k, forced) else None
@@ -101,24 +104,36 @@ def _best_split(m: int, n: int, k: int, nbytes: int, target: Target) -> int | No
     return best if best is not None and priced[best] * GAIN <= whole else None
 
 
-def _split(x: Tensor, weight: Tensor, bias: Tensor | None, s: int) -> Tensor:
-    """``linear(x, weight, bias)`` as ``s`` float32 partial products summed."""
+class _Transposed:
+    """A matmul's ``b`` (K, N), seen as a linear's weight (N, K) without moving it."""
+
+    def __init__(self, b: Tensor):
+        self.b, self.shape = b, (b.shape[1], b.shape[0])
+
+
+def _split(x: Tensor, weight: "Tensor | _Transposed", bias: Tensor | None, s: int) -> Tensor:
+    """``linear(x, weight, bias)`` (or ``matmul(x, b)``) as ``s`` float32 partial products summed."""
     (n, k), m = weight.shape, math.prod(x.shape[:-1])
     xs = ops.permute(ops.reshape(x, (m, s, k // s)), (1, 0, 2))             # (s, m, k/s)
-    ws = ops.permute(ops.reshape(weight, (n, s, k // s)), (1, 0, 2))        # (s, n, k/s)
-    y = ops.sum(_partials(xs, ws), axis=0)
+    if isinstance(weight, _Transposed):
+        parts = _partials(xs, ops.reshape(weight.b, (s, k // s, n)), b_rows_k=True)  # b's rows split along K
+    else:
+        parts = _partials(xs, ops.permute(ops.reshape(weight, (n, s, k // s)), (1, 0, 2)))  # (s, n, k/s)
+    y = ops.sum(parts, axis=0)
     if bias is not None:
         y = y + ops.cast(bias, T.float32)
     return ops.reshape(ops.cast(y, x.dtype), (*x.shape[:-1], n))
 
 
-def _partials(xs: Tensor, ws: Tensor) -> Tensor:
-    """``xs[p] @ ws[p].T`` for each part ``p``, summed and kept in float32."""
+def _partials(xs: Tensor, ws: Tensor, b_rows_k: bool = False) -> Tensor:
+    """``xs[p] @ ws[p].T`` (``xs[p] @ ws[p]`` where ``ws`` is (s, k/s, n): ``b_rows_k``) for
+    each part ``p``, summed and kept in float32."""
     def build(X, W):
         def fn(p, i, j):
-            return reduce([X.shape[2]], lambda q: E.cast(X[p, i, q], T.float32) * E.cast(W[p, j, q], T.float32), "sum")
-        return compute("split_k_partials", [X.shape[0], X.shape[1], W.shape[1]], fn)
-    return apply("split_k_partials", [xs, ws], ["x", "weight"], build)[0]
+            w = (lambda q: W[p, q, j]) if b_rows_k else (lambda q: W[p, j, q])
+            return reduce([X.shape[2]], lambda q: E.cast(X[p, i, q], T.float32) * E.cast(w(q), T.float32), "sum")
+        return compute("split_k_partials", [X.shape[0], X.shape[1], W.shape[2] if b_rows_k else W.shape[1]], fn)
+    return apply("split_k_partials", [xs, ws], ["x", "weight"], build, {"b_rows_k": b_rows_k})[0]
 
 
 __all__ = ["split_k", "SPLITS", "GAIN"]

@@ -20,11 +20,13 @@ rng = np.random.default_rng(0)
 GPU = CudaTarget.from_arch("sm_90a")
 
 
-def layer(dtype: str = "float16", k: int = 512):
+def layer(dtype: str = "float16", k: int = 512, traced: bool = False):
+    """gelu(linear(x, w, b)), or as a traced model gives it, gelu(matmul(x, w.T) + b)."""
     x = input((1, 40, k), dtype, name="x")
-    w = taskloom.asarray(rng.standard_normal((72, k)).astype(dtype))
+    w = rng.standard_normal((72, k)).astype(dtype)
     b = taskloom.asarray(rng.standard_normal(72).astype(dtype))
-    return Graph([x], [ops.gelu(ops.linear(x, w, b))])
+    y = ops.matmul(x, taskloom.asarray(np.ascontiguousarray(w.T))) + b if traced else ops.linear(x, taskloom.asarray(w), b)
+    return Graph([x], [ops.gelu(y)])
 
 
 def test_a_split_linear_is_a_batched_product_and_a_sum_with_the_epilogue():
@@ -57,10 +59,19 @@ def test_the_model_splits_where_few_long_tiles_would_leave_the_gpu_idle():
     assert _best_split(128, 768, 100, 2, GPU) is None      # K too short to split
 
 
+def test_a_matmul_by_a_2d_factor_splits_its_rows():
+    g = split_k(layer(traced=True), GPU, parts=4)
+    assert ops_of(g) == ["reshape", "permute", "split_k_partials", "sum", "cast", "reshape", "add", "gelu"]
+    factor = g.nodes[2].inputs[1]
+    assert factor.is_concrete and factor.shape == (4, 128, 72)  # (K, N) cut into 4 blocks of rows
+    assert [grp.ops for grp in fuse_graph(g)][1] == ["sum", "cast", "reshape", "add", "gelu"]
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
-@pytest.mark.parametrize("dtype, target", [("float16", "cuda:sm_90a"), ("float32", "cuda:sm_80 -tf32")])
-def test_a_split_layer_computes_what_the_whole_one_does(dtype, target):
-    g = layer(dtype)
+@pytest.mark.parametrize("dtype, target, traced", [("float16", "cuda:sm_90a", False), ("float16", "cuda:sm_90a", True),
+                                                   ("float32", "cuda:sm_80 -tf32", False)])
+def test_a_split_layer_computes_what_the_whole_one_does(dtype, target, traced):
+    g = layer(dtype, traced=traced)
     split = taskloom.compile(split_k(g, CudaTarget.from_string(target), parts=4), target=target, device="emulator")
     assert split.meta["kernels"][0]["schedule"].startswith("matmul_mma")
     whole = taskloom.compile(g, target=target, device="emulator")

@@ -79,8 +79,10 @@ def _on_tensor_cores(node: Node, tf32: bool) -> bool:
 
 
 def _macs(node: Node) -> int:
-    out, k = node.outputs[0], node.inputs[0].shape[-1]
-    return int(np.prod(out.shape)) * int(k)
+    """The product's multiply-adds: its outputs times K (a transposed ``a``'s rows)."""
+    a = node.inputs[0]
+    k = a.shape[-2] if node.op == "batch_matmul" and node.task.attr("transpose_a") else a.shape[-1]
+    return int(np.prod(node.outputs[0].shape)) * int(k)
 
 
 def _padded(t: Tensor) -> Tensor:

@@ -47,6 +47,10 @@ def test_aligned_rows_small_products_other_types_and_the_cpu_are_left_alone():
     x, y = input((20, 30), "float16", name="x"), input((30, 20), "float16", name="y")
     small = Graph([x, y], [ops.matmul(x, y)])  # 12,000 multiply-adds: not worth a copy
     assert 20 * 20 * 30 < MIN_PRODUCT and pad_rows(small, GPU) is small
+    # a transposed a of (1, K, M): K = 12 makes 12 x 12 x 3000 multiply-adds, too few to copy for
+    t, u = input((1, 12, 3000), "float16", name="t"), input((1, 12, 12), "float16", name="u")
+    transposed = Graph([t, u], [ops.batch_matmul(t, u, transpose_a=True)])
+    assert pad_rows(transposed, GPU) is transposed
     p, q = input((300, 301)), input((301, 300))  # float32: rows of 300 are 16-byte aligned
     single = Graph([p, q], [ops.matmul(p, q)])
     assert pad_rows(single, GPU) is single  # float32 without tf32: CUDA cores, any row

@@ -134,9 +134,8 @@ def _model_against_times(m: int, n: int, k: int) -> dict[str, Any]:
     points = []
     for r in Records.default().records(target=records_target(target)):
         if r.workload.startswith(f"matmul_mma/1x{m}x{n}x{k}/") and r.seconds is not None:
-            c = MmaConfig(r.config["block_m"], r.config["block_n"], r.config["block_k"], tuple(r.config["warps"]),
-                          r.config["stages"])
-            points.append({"config": r.config, "seconds": r.seconds, "cycles": cycles(con, c, target)})
+            points.append({"config": r.config, "seconds": r.seconds,
+                           "cycles": cycles(con, MmaConfig.from_dict(r.config), target)})
     rho = spearman([p["cycles"] for p in points], [p["seconds"] for p in points])
     return {"points": points, "spearman": None if rho is None else round(rho, 3)}
 

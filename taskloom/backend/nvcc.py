@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from taskloom.backend import nvrtc
 from taskloom.backend.cache import BuildCache
 from taskloom.backend.compiler import DEFAULT_TIMEOUT_S, build_cached
 from taskloom.errors import CompileError, ResourceError
@@ -53,11 +54,16 @@ class KernelResources:
 
 def nvcc_command() -> list[str]:
     """``$NVCC`` split like a shell would, else ``nvcc`` from the PATH or the usual places."""
+    return _installed_nvcc() or ["nvcc"]
+
+
+def _installed_nvcc() -> list[str] | None:
+    """``$NVCC``, or the nvcc found on the PATH or in the usual places; None where none is."""
     given = shlex.split(os.environ.get("NVCC", ""))
     if given:
         return given
     found = shutil.which("nvcc") or next((p for p in ("/usr/local/cuda/bin/nvcc",) if Path(p).exists()), None)
-    return [found or "nvcc"]
+    return [found] if found else None
 
 
 @functools.lru_cache(maxsize=None)
@@ -89,9 +95,8 @@ def cuda_compiler() -> str:
         if asked not in ("nvcc", "nvrtc"):
             raise CompileError(f"TASKLOOM_CUDA_COMPILER={asked!r} names no CUDA compiler; use 'nvcc' or 'nvrtc'")
         return asked
-    if os.environ.get("NVCC") or shutil.which("nvcc") or Path("/usr/local/cuda/bin/nvcc").exists():
+    if _installed_nvcc():
         return "nvcc"
-    from taskloom.backend import nvrtc
     return "nvrtc" if nvrtc.problem() is None else "nvcc"
 
 
@@ -102,10 +107,7 @@ def cuda_build_key(source: str, flags: Sequence[str], target: CudaTarget, compil
 
 
 def _release(compiler: str) -> str:
-    if compiler == "nvcc":
-        return nvcc_version()
-    from taskloom.backend import nvrtc
-    return nvrtc.version()
+    return nvcc_version() if compiler == "nvcc" else nvrtc.version()
 
 
 def compile_cuda_library(source: str, target: CudaTarget, *, name: str = "module",
@@ -130,7 +132,7 @@ def compile_cuda_library(source: str, target: CudaTarget, *, name: str = "module
     def describe(output: str) -> dict[str, Any]:
         found.update(parse_ptxas_report(output))
         return {"resources": {k: asdict(v) for k, v in found.items()}}
-    missing = _MISSING if compiler == "nvcc" else _nvrtc_missing()
+    missing = _MISSING if compiler == "nvcc" else nvrtc.MISSING
     lib = build_cached(cache, key, name, source, "source.cu", steps, info, timeout, missing, describe)
     return lib, found
 
@@ -151,12 +153,10 @@ def _nvrtc_flags(target: CudaTarget, extra_flags: Sequence[str]) -> list[str]:
 def _nvrtc_steps(target: CudaTarget, extra_flags: Sequence[str]) -> Any:
     """NVRTC to a cubin beside the source, then the host compiler to the library."""
     import sys
-
-    from taskloom.backend import nvrtc
-    dirs = nvrtc.runtime_dirs()
-    if dirs is None or nvrtc.host_compiler() is None:
-        raise CompileError(f"cannot build CUDA with NVRTC here: {nvrtc.problem()}; {nvrtc.MISSING}")
-    include, libdir = dirs
+    problem = nvrtc.problem()
+    if problem is not None:
+        raise CompileError(f"cannot build CUDA with NVRTC here: {problem}; {nvrtc.MISSING}")
+    include, libdir = nvrtc.runtime_dirs()  # type: ignore[misc]
 
     def steps(src: Path, lib: Path) -> list[list[list[str]]]:
         cubin = src.with_suffix(".cubin")
@@ -168,10 +168,6 @@ def _nvrtc_steps(target: CudaTarget, extra_flags: Sequence[str]) -> Any:
         return [[device], [host]]
     return steps
 
-
-def _nvrtc_missing() -> str:
-    from taskloom.backend import nvrtc
-    return nvrtc.MISSING
 
 
 _ENTRY = re.compile(r"ptxas info\s*: (?:Compiling entry function|Function properties for) '?([\w$.]+)'?")

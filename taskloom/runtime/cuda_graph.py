@@ -175,12 +175,16 @@ class _GpuState:
         self.entry.restype = ctypes.c_int
         self.entry.argtypes = [ctypes.c_void_p] * 6
         self._w = pointer_table([u.ptr for u in uploaded])
-        self.checks = any(getattr(fn, "reports_status", False) for fn in graph.built.kernels)
+        self.checks = any(fn.reports_status for fn in graph.built.kernels)
         self.graphs_wanted = os.environ.get("TASKLOOM_CUDA_GRAPHS", "1") != "0"
         self.replay: _Replay | None = None
 
     def torch_dtype(self, name: str) -> Any:
         return getattr(self.torch, name if name != "bool" else "bool")
+
+    def empty_outputs(self, specs: list[dict[str, Any]]) -> list[Any]:
+        """A new GPU tensor for each output in ``specs``."""
+        return [self.torch.empty(o["shape"], dtype=self.torch_dtype(o["dtype"]), device="cuda") for o in specs]
 
     def device_input(self, spec: dict[str, Any], a: Any) -> Any:
         torch = self.torch
@@ -200,7 +204,7 @@ class _GpuState:
             self.graphs_wanted = self.replay is not None
         if self.replay is not None:
             return self.replay(ins)
-        outs = [self.torch.empty(o["shape"], dtype=self.torch_dtype(o["dtype"]), device="cuda") for o in specs]
+        outs = self.empty_outputs(specs)
         self.launch(ins, outs)
         return outs
 
@@ -239,7 +243,7 @@ class _Replay:
         try:
             with torch.inference_mode(False):  # buffers a later call may write, in inference mode or not
                 static_ins = [t.clone() for t in ins]
-                static_outs = [torch.empty(o["shape"], dtype=gpu.torch_dtype(o["dtype"]), device="cuda") for o in specs]
+                static_outs = gpu.empty_outputs(specs)
             side = torch.cuda.Stream()  # warm up off the capturing stream, as torch asks
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):

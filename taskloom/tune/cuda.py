@@ -18,9 +18,8 @@ from typing import Any, Callable, Sequence
 
 from taskloom.errors import TaskloomError
 from taskloom.ir import stmt as S
-from taskloom.ir.dtypes import float32
 from taskloom.schedule.cuda.matmul_mma import MmaConfig, factor_type, read_layouts
-from taskloom.schedule.cuda.mma_model import SHARED_LIMIT, cycles, space
+from taskloom.schedule.cuda.mma_model import cycles, element_bytes, target_space
 from taskloom.schedule.registry import Candidate
 from taskloom.target.cuda import CudaTarget
 from taskloom.tune.records import Records
@@ -44,12 +43,7 @@ def mma_workload(con: Any, target: CudaTarget) -> str:
     the layouts its factors are read in."""
     dtype = factor_type(con, target.tf32)
     name = dtype.name if dtype is not None else "none"
-    return f"matmul_mma/{con.batch}x{con.M}x{con.N}x{con.K}/{name}/{read_layouts(con, _nbytes(con, target))}"
-
-
-def _nbytes(con: Any, target: CudaTarget) -> int:
-    """Bytes of a factor element in the template's tiles: 4 for tf32, else 2."""
-    return 4 if factor_type(con, target.tf32) == float32 else 2
+    return f"matmul_mma/{con.batch}x{con.M}x{con.N}x{con.K}/{name}/{read_layouts(con, element_bytes(con, target))}"
 
 
 def recorded_mma(con: Any, target: CudaTarget, records: Records | None = None) -> MmaConfig | None:
@@ -58,15 +52,13 @@ def recorded_mma(con: Any, target: CudaTarget, records: Records | None = None) -
         best = (records or Records.default()).best(mma_workload(con, target), records_target(target))
     except Exception:  # an unreadable database must not stop a compile
         return None
-    return None if best is None else MmaConfig(best["block_m"], best["block_n"], best["block_k"],
-                                               tuple(best["warps"]), best["stages"])
+    return None if best is None else MmaConfig.from_dict(best)
 
 
 def ranked_configs(con: Any, target: CudaTarget, level: int) -> list[MmaConfig]:
     """The configs ``level`` measures, the model's best first."""
-    nbytes = _nbytes(con, target)
-    configs = sorted(space(nbytes, min(SHARED_LIMIT, target.shared_memory_per_block)),
-                     key=lambda c: cycles(con, c, target, nbytes))
+    nbytes = element_bytes(con, target)
+    configs = sorted(target_space(target, nbytes), key=lambda c: cycles(con, c, target, nbytes))
     return configs[:LEVEL_1] if level == 1 else configs
 
 
@@ -87,7 +79,7 @@ def tune_mma(found: Candidate, target: CudaTarget, level: int, records: Records 
     workload, where = mma_workload(con, target), records_target(target)
     for c, t in zip(configs, times):
         failed = isinstance(t, Exception)
-        records.add(workload, where, _config_dict(c), None if failed else t,
+        records.add(workload, where, c.to_dict(), None if failed else t,
                     f"{type(t).__name__}: {t}" if failed else None)
     ran = [(t, c) for c, t in zip(configs, times) if not isinstance(t, Exception)]
     if progress:
@@ -95,11 +87,6 @@ def tune_mma(found: Candidate, target: CudaTarget, level: int, records: Records 
         print(f"taskloom: tuned {workload} on {target.name}: {len(configs)} configs in "
               f"{time.perf_counter() - started:.1f} s, fastest {best}", flush=True)
     return min(ran, key=lambda tc: tc[0])[1] if ran else configs[0]
-
-
-def _config_dict(c: MmaConfig) -> dict[str, Any]:
-    return {"block_m": c.block_m, "block_n": c.block_n, "block_k": c.block_k, "warps": list(c.warps),
-            "stages": c.stages}
 
 
 def time_on_gpu(fns: Sequence[S.Function], target: CudaTarget) -> list[float | Exception]:

@@ -40,12 +40,11 @@ def pad_rows(graph: Graph, target: Target) -> Graph:
     on a CUDA target (any other: ``graph`` itself)."""
     if getattr(target, "kind", None) != "cuda":
         return graph
-    tf32 = bool(getattr(target, "tf32", False))
     wide: dict[int, Tensor] = {}  # one aligned copy of each tensor, however many read it
 
     def rule(node: Node, inputs: list[Tensor], ctx: Rewrite) -> list[Tensor] | None:
         at = FACTORS.get(node.op)
-        if at is None or not _static(node) or not _on_tensor_cores(node, tf32):
+        if at is None or not _static(node) or not on_tensor_cores(node, target):
             return None
         worth = _macs(node) >= MIN_PRODUCT
         new = list(inputs)
@@ -72,10 +71,11 @@ def _static(node: Node) -> bool:
     return all(isinstance(d, int) for t in (*node.inputs, *node.outputs) for d in t.shape)
 
 
-def _on_tensor_cores(node: Node, tf32: bool) -> bool:
-    """Whether the template would take the product: 16-bit float factors, or float32 as tf32."""
+def on_tensor_cores(node: Node, target: Target) -> bool:
+    """Whether the tensor-core template would take ``node``'s product on ``target``: 16-bit
+    float factors, or float32 ones where the target allows tf32."""
     name = node.inputs[0].dtype.name
-    return name in ("float16", "bfloat16") or (tf32 and name == "float32")
+    return name in ("float16", "bfloat16") or (bool(getattr(target, "tf32", False)) and name == "float32")
 
 
 def _macs(node: Node) -> int:
@@ -104,4 +104,4 @@ def _first_columns(wide: Tensor, n: int) -> Tensor:
     return record(view.producer[0].task, [wide])[0]
 
 
-__all__ = ["pad_rows", "MIN_PRODUCT"]
+__all__ = ["pad_rows", "on_tensor_cores", "MIN_PRODUCT"]

@@ -30,6 +30,7 @@ import os
 import types
 
 from taskloom import ops
+from taskloom.compiler.passes.pad_rows import on_tensor_cores
 from taskloom.compiler.passes.rewrite import Rewrite, rewrite
 from taskloom.errors import TaskloomError
 from taskloom.graph.graph import Graph, Node
@@ -62,7 +63,7 @@ def split_k(graph: Graph, target: Target, parts: int | str | None = None) -> Gra
     forced = None if parts == "auto" else int(parts)
 
     def rule(node: Node, inputs: list[Tensor], ctx: Rewrite) -> list[Tensor] | None:
-        if node.op not in ("linear", "matmul") or not _on_tensor_cores(node, bool(getattr(target, "tf32", False))):
+        if node.op not in ("linear", "matmul") or not on_tensor_cores(node, target):
             return None
         x, weight = inputs[0], inputs[1]
         if x.ndim < 2 or weight.ndim != 2 or not all(isinstance(d, int) for d in (*x.shape, *weight.shape)):
@@ -78,11 +79,6 @@ def split_k(graph: Graph, target: Target, parts: int | str | None = None) -> Gra
     return rewrite(graph, rule)
 
 
-def _on_tensor_cores(node: Node, tf32: bool) -> bool:
-    name = node.inputs[0].dtype.name
-    return name in ("float16", "bfloat16") or (tf32 and name == "float32")
-
-
 def _divides(k: int, s: int) -> bool:
     """Whether K splits into ``s`` parts of whole steps of 32, each at least MIN_PART."""
     return k % (32 * s) == 0 and k // s >= MIN_PART
@@ -90,8 +86,8 @@ def _divides(k: int, s: int) -> bool:
 
 def _best_split(m: int, n: int, k: int, nbytes: int, target: Target) -> int | None:
     """The number of parts the model prices fastest, if GAIN times faster than none."""
-    from taskloom.schedule.cuda.mma_model import SHARED_LIMIT, cycles, space
-    configs = space(nbytes, min(SHARED_LIMIT, target.shared_memory_per_block))  # type: ignore[attr-defined]
+    from taskloom.schedule.cuda.mma_model import cycles, target_space
+    configs = target_space(target, nbytes)  # type: ignore[arg-type]
 
     def product(batch: int, kk: int) -> float:
         con = types.SimpleNamespace(batch=batch, M=m, N=n, K=kk)

@@ -38,8 +38,9 @@ per ``blockIdx.z``) in steps of ``block_k`` along ``K``:
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -77,6 +78,14 @@ class MmaConfig:
     block_k: int = 32
     warps: tuple[int, int] = (2, 2)
     stages: int = 3
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able form (a tuning record's config); :meth:`from_dict` reverses it."""
+        return {**dataclasses.asdict(self), "warps": list(self.warps)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "MmaConfig":
+        return cls(d["block_m"], d["block_n"], d["block_k"], tuple(d["warps"]), d["stages"])  # type: ignore[arg-type]
 
     @property
     def threads(self) -> int:

@@ -76,8 +76,18 @@ def cycles(con: Contraction, c: MmaConfig, target: CudaTarget, element_bytes: in
     return math.ceil(blocks / target.num_sms) * max(compute, loads) * exposed
 
 
+def element_bytes(con: Contraction, target: CudaTarget) -> int:
+    """Bytes of a factor element in ``con``'s tiles on ``target``: 4 for tf32, else 2."""
+    return 4 if target.tf32 and factor_type(con, True) == float32 else 2
+
+
+def target_space(target: CudaTarget, nbytes: int) -> list[MmaConfig]:
+    """The configs of factors of ``nbytes`` whose tiles fit ``target``'s shared memory."""
+    return space(nbytes, min(SHARED_LIMIT, target.shared_memory_per_block))
+
+
 def choose(con: Contraction, target: CudaTarget) -> MmaConfig:
     """The config of least modelled time; ties go to the larger tile, then more stages."""
-    nbytes = 4 if target.tf32 and factor_type(con, True) == float32 else 2
-    shared = min(SHARED_LIMIT, target.shared_memory_per_block)
-    return min(space(nbytes, shared), key=lambda c: (cycles(con, c, target, nbytes), -c.block_m * c.block_n, -c.stages))
+    nbytes = element_bytes(con, target)
+    return min(target_space(target, nbytes),
+               key=lambda c: (cycles(con, c, target, nbytes), -c.block_m * c.block_n, -c.stages))

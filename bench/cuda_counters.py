@@ -69,7 +69,7 @@ def measure(name: str, graph: Graph, target: CudaTarget, schedule: str) -> dict[
             "bank_conflicts": c.bank_conflicts, "registers": r.registers, "spills": r.spill_stores + r.spill_loads}
 
 
-LOOP_OPS = ("FFMA", "HMMA", "LDSM", "LDGSTS", "LDS", "LDG", "STS", "BAR")
+LOOP_OPS = ("FFMA", "HMMA", "HGMMA", "LDSM", "LDGSTS", "LDS", "LDG", "STS", "BAR")
 
 
 def main_loop(lib_path: str) -> dict[str, int] | None:
@@ -85,7 +85,7 @@ def main_loop(lib_path: str) -> dict[str, int] | None:
         jump = re.match(r"(0x[0-9a-f]+)", rest)
         if op == "BRA" and jump and int(jump.group(1), 16) < addr:
             loop = Counter(o for a, o, _ in code if int(jump.group(1), 16) <= a <= addr)
-            if best is None or loop["FFMA"] + loop["HMMA"] > best["FFMA"] + best["HMMA"]:
+            if best is None or loop["FFMA"] + loop["HMMA"] + loop["HGMMA"] > best["FFMA"] + best["HMMA"] + best["HGMMA"]:
                 best = loop
     if best is None:
         return None
@@ -97,9 +97,11 @@ def template_loops(target: CudaTarget) -> list[dict[str, Any]]:
     on CUDA cores, 2048 on tensor cores, where nvcc unrolls a loop of 8 steps whole): the
     SASS main loop, ptxas's registers, and the emulator's counters of one call."""
     from taskloom.schedule.cuda import matmul, matmul_mma
+    from taskloom.schedule.cuda.matmul_wgmma import WgmmaConfig
     rows = []
+    hopper = (WgmmaConfig(128, 128, 4, 2), WgmmaConfig(128, 256, 4, 2)) if target.has_wgmma() else ()
     for dtype, K, find, configs in (("float32", 256, matmul.matmul_candidate, matmul.CONFIGS),
-                                    ("float16", 2048, matmul_mma.mma_candidate, matmul_mma.CONFIGS)):
+                                    ("float16", 2048, matmul_mma.mma_candidate, matmul_mma.CONFIGS + hopper)):
         a = input((256, K), dtype, name="a")
         w = rng.standard_normal((K, 256)).astype(dtype)
         [group] = fuse_graph(Graph([a], [ops.relu(ops.matmul(a, taskloom.asarray(w)))]))
@@ -205,7 +207,7 @@ def predictions(target: CudaTarget) -> list[dict[str, Any]]:
         nbytes = 4 if tf32 else 2
         for (M, N, K), anchor in BAR_SHAPES.items():
             con = types.SimpleNamespace(batch=1, M=M, N=N, K=K)
-            config = min(mma_model.space(nbytes, min(mma_model.SHARED_LIMIT, t.shared_memory_per_block)),
+            config = min(mma_model.target_space(t, nbytes),  # on sm_90a, wgmma's configs too
                          key=lambda c: (mma_model.cycles(con, c, t, nbytes), -c.block_m * c.block_n, -c.stages))
             seconds = mma_model.cycles(con, config, t, nbytes) / (t.clock_mhz * 1e6)
             rows.append({"dtype": "tf32" if tf32 else "float16", "shape": f"{M}x{N}x{K}", "config": str(config),

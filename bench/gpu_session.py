@@ -124,8 +124,7 @@ def _model_against_times(m: int, n: int, k: int) -> dict[str, Any]:
     model's cycles for it, and their rank correlation."""
     import types
     from taskloom.cli.tune_report import spearman
-    from taskloom.schedule.cuda.matmul_mma import MmaConfig
-    from taskloom.schedule.cuda.mma_model import cycles
+    from taskloom.schedule.cuda.mma_model import config_from_dict, cycles
     from taskloom.target import CudaTarget
     from taskloom.tune.cuda import records_target
     from taskloom.tune.records import Records
@@ -135,7 +134,7 @@ def _model_against_times(m: int, n: int, k: int) -> dict[str, Any]:
     for r in Records.default().records(target=records_target(target)):
         if r.workload.startswith(f"matmul_mma/1x{m}x{n}x{k}/") and r.seconds is not None:
             points.append({"config": r.config, "seconds": r.seconds,
-                           "cycles": cycles(con, MmaConfig.from_dict(r.config), target)})
+                           "cycles": cycles(con, config_from_dict(r.config), target)})
     rho = spearman([p["cycles"] for p in points], [p["seconds"] for p in points])
     return {"points": points, "spearman": None if rho is None else round(rho, 3)}
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from taskloom.backend.codegen_c import (ATOM, STATUS, CFamilyCodegen, c_name, c_symbol, c_type, checks_table,
                                         float_literal)
-from taskloom.backend.cuda_prelude import CUDA_PRELUDE
+from taskloom.backend.cuda_prelude import CUDA_PRELUDE, wgmma_wrapper
 from taskloom.errors import CodegenError
 from taskloom.ir import expr as E
 from taskloom.ir import gpu
@@ -31,6 +31,8 @@ _HALF = {"float16": "__half", "bfloat16": "__nv_bfloat16"}
 _SHUFFLE = {"shfl_xor": "__shfl_xor_sync", "shfl_down": "__shfl_down_sync", "shfl_up": "__shfl_up_sync",
             "shfl_idx": "__shfl_sync"}
 LAUNCH_PREFIX = "launch_"
+#: where a wgmma kernel's shared buffers start: its operands' swizzle is of address bits 4-9
+SWIZZLE_ALIGN = 1024
 
 
 class _CudaKernelCodegen(CFamilyCodegen):
@@ -42,6 +44,9 @@ class _CudaKernelCodegen(CFamilyCodegen):
         # with dynamic shared memory of a static size, the shared buffers are laid out in it
         # (past 48 KiB a kernel's shared memory can only be dynamic): the next free byte, and the size
         self.dynamic_offset, self.dynamic_bytes = 0, int(dynamic.value) if E.is_const(dynamic) else None  # type: ignore[attr-defined]
+        # wgmma's swizzle is of the shared address itself: its operands' buffers start on 1024
+        # bytes (dynamic shared memory is aligned in the kernel, out of 1024 bytes the launch adds)
+        self.shared_align = SWIZZLE_ALIGN if collect(fn.body, gpu.Wgmma) else 16
 
     def ctype(self, t: Type, where: str = "") -> str:
         if isinstance(t, DataType) and t.name in _HALF:
@@ -95,8 +100,33 @@ class _CudaKernelCodegen(CFamilyCodegen):
             kind = {"bfloat16": "bf16", "float16": "f16", "float32": "tf32"}[s.a.type.name]
             operands = ", ".join(f"&{self.expr(x)}" for x in (s.d, s.a, s.b, s.c))
             self.emit(d, f"tl_mma_{s.shape}_{kind}({operands});")
+        elif isinstance(s, gpu.Wgmma):
+            if not self.target.has_wgmma():
+                raise CodegenError(f"{self.where}: wgmma is Hopper's (sm_90a); the target is {self.target.arch}")
+            kind = {"bfloat16": "bf16", "float16": "f16"}[s.a.type.name]
+            trans = f"{int(s.a_major == 'mn')}, {int(s.b_major == 'mn')}"
+            a = f"tl_gmma_desc(&{self.expr(s.a)}, {s.a_lbo}, {s.a_sbo})"
+            b = f"tl_gmma_desc(&{self.expr(s.b)}, {s.b_lbo}, {s.b_sbo})"
+            self.emit(d, f"tl_wgmma_{s.shape}_{kind}<{trans}>(&{self.expr(s.d)}, {a}, {b});")
+        elif isinstance(s, gpu.WgmmaFence):
+            self.emit(d, f"tl_fence_operands<{self._registers(s.acc)}>({c_name(s.acc.name)});")
+            self.emit(d, 'asm volatile("wgmma.fence.sync.aligned;\\n" ::: "memory");')
+        elif isinstance(s, gpu.WgmmaCommit):
+            self.emit(d, 'asm volatile("wgmma.commit_group.sync.aligned;\\n" ::: "memory");')
+        elif isinstance(s, gpu.WgmmaWait):
+            self.emit(d, f'asm volatile("wgmma.wait_group.sync.aligned %0;\\n" :: "n"({s.pending}) : "memory");')
+            self.emit(d, f"tl_fence_operands<{self._registers(s.acc)}>({c_name(s.acc.name)});")
+        elif isinstance(s, gpu.FenceProxyAsync):
+            self.emit(d, 'asm volatile("fence.proxy.async.shared::cta;\\n" ::: "memory");')
         else:
             super().stmt(s, d)
+
+    def _registers(self, acc: E.Var) -> int:
+        """The elements of a register buffer of accumulators (a wgmma fence names them all)."""
+        size = acc.type.shape[0] if isinstance(acc.type, TensorType) else None
+        if size is None or not E.is_const(size):
+            raise CodegenError(f"{self.where}: wgmma's accumulators '{acc.name}' need a static size")
+        return int(size.value)  # type: ignore[attr-defined]
 
     def loop_pragma(self, s: S.For) -> str | None:
         # a vectorize loop is a serial loop in one thread; it keeps the simd hint the C
@@ -122,18 +152,21 @@ class _CudaKernelCodegen(CFamilyCodegen):
             self.dynamic_buffer(s.var.name, ctype, int(size.value) * t.dtype.nbytes, d)  # type: ignore[attr-defined]
             return
         prefix = "__shared__ " if s.scope == "shared" else ""
-        align = " __align__(16)"  # a 16-byte access (cp.async, ldmatrix, copy_vector) may start at [0]
+        # a 16-byte access (cp.async, ldmatrix, copy_vector) may start at [0]
+        align = f" __align__({self.shared_align if s.scope == 'shared' else 16})"
         self.emit(d, f"{prefix}{ctype}{align} {name}[{size.value}];  // {s.scope}")  # type: ignore[attr-defined]
 
     def declares_shared(self) -> bool:
         return any(x.scope == "shared" for x in collect(self.fn.body, S.Declare))  # type: ignore[attr-defined]
 
     def dynamic_buffer(self, name: str, ctype: str, nbytes: int, d: int) -> None:
-        """A shared buffer at the next 16-byte boundary of the kernel's dynamic shared memory."""
+        """A shared buffer at the next 16-byte (wgmma: 1024-byte) boundary of the kernel's
+        dynamic shared memory."""
         assert self.dynamic_bytes is not None
-        start = -(-self.dynamic_offset // 16) * 16
+        align = self.shared_align
+        start = -(-self.dynamic_offset // align) * align
         self.dynamic_offset = start + nbytes
-        if self.dynamic_offset > self.dynamic_bytes:
+        if self.dynamic_offset > self.dynamic_bytes - (align if align > 16 else 0):
             raise CodegenError(f"{self.where}: shared buffer '{name}' ends at byte {self.dynamic_offset} of the "
                                f"dynamic shared memory, which the launch sizes at {self.dynamic_bytes} bytes")
         self.emit(d, f"{ctype}* const {c_name(name)} = ({ctype}*)(tl_dynamic_shared + {start});  // shared, dynamic")
@@ -148,7 +181,12 @@ class _CudaKernelCodegen(CFamilyCodegen):
         symbol = c_symbol(self.fn.name)
         self.emit(0, "#if defined(__CUDACC__)")
         self.emit(0, f'extern "C" __global__ void {bounds}{symbol}({params}) {{')
-        if self.dynamic_bytes and self.declares_shared():
+        if self.dynamic_bytes and self.declares_shared() and self.shared_align > 16:
+            a = self.shared_align
+            self.emit(1, f"extern __shared__ __align__({a}) unsigned char tl_dynamic_raw[];")
+            self.emit(1, f"unsigned char* const tl_dynamic_shared = tl_dynamic_raw + "
+                         f"(({a}u - (unsigned)__cvta_generic_to_shared(tl_dynamic_raw)) % {a}u);")
+        elif self.dynamic_bytes and self.declares_shared():
             self.emit(1, "extern __shared__ __align__(16) unsigned char tl_dynamic_shared[];")
         self.block(self.fn.body, 1)
         self.emit(0, "}")
@@ -228,6 +266,8 @@ def _static_product(extents: tuple) -> int | None:
 def codegen_cuda(module: S.Module, target: CudaTarget) -> str:
     """The CUDA C++ translation unit for a lowered module of ``cuda_kernel`` functions."""
     parts = [f"// Generated by taskloom for {target.name} ({target.key()}).", CUDA_PRELUDE]
+    wgmmas = sorted({(gpu.wgmma_n(s.shape), s.a.type.name) for f in module.functions for s in collect(f.body, gpu.Wgmma)})
+    parts += [wgmma_wrapper(n, {"bfloat16": "bf16", "float16": "f16"}[t], _HALF[t]) for n, t in wgmmas]
     checks: list[str] = []
     for f in module.functions:
         if f.kind != "cuda_kernel":

@@ -140,6 +140,18 @@ TL_DEVICE void tl_mma_m16n8k8_tf32(float* d, const float* a, const float* b, con
                : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "r"(B[0]), "r"(B[1]),
                  "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
 }
+
+// Hopper (sm_90a): the descriptor of a wgmma operand in 128-byte-swizzled shared memory (its
+// start, and the leading and stride byte offsets, in 16-byte units), and the fences of wgmma
+TL_DEVICE uint64_t tl_gmma_desc(const void* smem, uint32_t lbo, uint32_t sbo) {
+  uint64_t start = ((uint32_t)__cvta_generic_to_shared(smem) & 0x3FFFF) >> 4;
+  return start | (uint64_t)((lbo >> 4) & 0x3FFF) << 16 | (uint64_t)((sbo >> 4) & 0x3FFF) << 32 | 1ull << 62;
+}
+// the compiler may not move the accumulators' reads and writes across a wgmma fence or wait
+template <int N> TL_DEVICE void tl_fence_operands(float* r) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
 #endif  // device code
 
 #if !defined(__CUDACC_RTC__)  // host code
@@ -174,3 +186,21 @@ static int tl_kernel(const char* name, cudaKernel_t* kernel) {
 }
 #endif
 """
+
+
+def wgmma_wrapper(n: int, ptx_type: str, ctype: str) -> str:
+    """The device function that issues ``wgmma.mma_async`` m64n{n}k16 with float32 sums on
+    ``ptx_type`` (``f16``, ``bf16``) operands: the accumulators ``d[0 .. n/2)`` are read and
+    written in place; the template arguments say which operands are M/N-major."""
+    regs = n // 2
+    outs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+    lines = [f"template <int TA, int TB> TL_DEVICE void tl_wgmma_m64n{n}k16_{ptx_type}(float* d, uint64_t a, uint64_t b) {{",
+             '  asm volatile("{\\n.reg .pred p;\\n"',
+             f'               "setp.ne.b32 p, %{regs + 2}, 0;\\n"  // scale-d: add to the accumulators',
+             f'               "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx_type}.{ptx_type} "',
+             '               "{' + ",".join(f"%{i}" for i in range(regs)) + '}, "',
+             f'               "%{regs}, %{regs + 1}, p, 1, 1, %{regs + 3}, %{regs + 4};\\n}}\\n"',
+             f"               : {outs}",
+             '               : "l"(a), "l"(b), "r"(1), "n"(TA), "n"(TB) : "memory");',
+             f"}}  // {ctype} operands"]
+    return "#if defined(__CUDACC__)\n" + "\n".join(lines) + "\n#endif"

@@ -233,12 +233,95 @@ class MmaSync(S.Stmt):
         _element("mma_sync's D fragment", self.d, (float32,))
 
 
+#: wgmma shapes: m64nNk16 for N a multiple of 8 up to 256, 16-bit factors, float32 sums.
+WGMMA_NS = tuple(range(8, 257, 8))
+#: the swizzle a wgmma operand's shared layout uses: 128 bytes (the only one the template needs)
+GMMA_SWIZZLE = 128
+
+
+def wgmma_n(shape: str) -> int:
+    """N of a ``m64n{N}k16`` wgmma shape; an IRError for any other shape."""
+    m = shape.startswith("m64n") and shape.endswith("k16") and shape[4:-3]
+    if not m or not m.isdigit() or int(m) not in WGMMA_NS:
+        raise IRError(f"wgmma supports m64nNk16 for N a multiple of 8 up to 256, not {shape!r}")
+    return int(m)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Wgmma(S.Stmt):
+    """``wgmma.mma_async.sync.aligned.m64n{N}k16.f32``: the warpgroup (4 consecutive warps,
+    128 threads) adds ``A B`` to its 64 x N float32 accumulators, ``N / 2`` a thread from
+    ``d`` on (warp ``w`` holds rows ``16 w ..``, laid out as ``mma.sync``'s C for each 8
+    columns). A (64 x 16) and B (16 x N) are read from shared memory, asynchronously,
+    through descriptors of the 128-byte-swizzled canonical layouts: ``a`` and ``b`` are each
+    operand's first element; ``*_major`` ``"k"`` for rows of 64 K-elements 128 bytes apart
+    (8-row groups ``*_sbo`` bytes apart), ``"mn"`` for rows of 64 M- (N-) elements 128 bytes
+    apart along K (8-row groups ``*_sbo`` apart, the next 64 of M or N ``*_lbo`` bytes on).
+    The accumulators may be read, and the operands overwritten, only after
+    :class:`WgmmaWait` of its group."""
+
+    d: E.TensorElement
+    a: E.TensorElement
+    b: E.TensorElement
+    shape: str = "m64n128k16"
+    a_major: str = "k"
+    b_major: str = "k"
+    a_lbo: int = 16
+    a_sbo: int = 1024
+    b_lbo: int = 16
+    b_sbo: int = 1024
+
+    def __post_init__(self) -> None:
+        wgmma_n(self.shape)
+        _element("wgmma's A operand", self.a, (float16, bfloat16))
+        _element("wgmma's B operand", self.b, (self.a.type,))
+        _element("wgmma's accumulators", self.d, (float32,))
+        for what, major in (("A", self.a_major), ("B", self.b_major)):
+            if major not in ("k", "mn"):
+                raise IRError(f"wgmma's {what} is K-major ('k') or M/N-major ('mn'), not {major!r}")
+        for what, v in (("a_lbo", self.a_lbo), ("a_sbo", self.a_sbo), ("b_lbo", self.b_lbo), ("b_sbo", self.b_sbo)):
+            if not isinstance(v, int) or v <= 0 or v % 16 or v >= 1 << 18:
+                raise IRError(f"wgmma's {what} is a byte offset, a positive multiple of 16 below 2^18, not {v!r}")
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class WgmmaFence(S.Stmt):
+    """``wgmma.fence.sync.aligned``: orders the warpgroup's earlier register writes (of
+    ``acc``, a register buffer of accumulators) before the wgmmas that follow."""
+
+    acc: E.Var
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class WgmmaCommit(S.Stmt):
+    """``wgmma.commit_group.sync.aligned``: the wgmmas issued since the last commit form a group."""
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class WgmmaWait(S.Stmt):
+    """``wgmma.wait_group.sync.aligned n``: wait until at most ``n`` committed groups are in
+    flight; ``acc`` (the accumulators) is not read before it."""
+
+    acc: E.Var
+    pending: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.pending, int) or self.pending < 0:
+            raise IRError(f"wgmma_wait needs a count of pending groups >= 0, got {self.pending!r}")
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class FenceProxyAsync(S.Stmt):
+    """``fence.proxy.async.shared::cta``: this thread's writes of shared memory (stores and
+    landed ``cp.async``) become visible to the async proxy that wgmma reads through."""
+
+
 def written_tensors(body: S.Stmt) -> set[E.Expr]:
     """The tensors a body writes: by stores, and through the GPU statements' destinations."""
     from taskloom.ir.functor import collect
     found = {s.tensor for s in collect(body, (S.BufferStore, S.VectorStore))}  # type: ignore[attr-defined]
-    for s in collect(body, (AtomicAdd, CpAsync, VectorCopy, Ldmatrix, MmaSync)):
-        ref = s.ref if isinstance(s, AtomicAdd) else s.d if isinstance(s, MmaSync) else s.dst  # type: ignore[attr-defined]
+    for s in collect(body, (AtomicAdd, CpAsync, VectorCopy, Ldmatrix, MmaSync, Wgmma)):
+        ref = s.ref if isinstance(s, AtomicAdd) else s.d if isinstance(s, (MmaSync, Wgmma)) else s.dst  # type: ignore[attr-defined]
         found.add(ref.tensor)
     return found
 
@@ -271,7 +354,9 @@ def shuffle(kind: str, value: Any, lane: Any) -> E.Call:
 #: Kernel script's GPU statements, by the name a kernel calls them with.
 STATEMENTS: dict[str, Any] = {
     "atomic_add": AtomicAdd, "copy_vector": VectorCopy, "cp_async": CpAsync, "cp_async_commit": CpAsyncCommit,
-    "cp_async_wait": CpAsyncWait, "ldmatrix": Ldmatrix, "mma_sync": MmaSync,
+    "cp_async_wait": CpAsyncWait, "ldmatrix": Ldmatrix, "mma_sync": MmaSync, "wgmma": Wgmma,
+    "wgmma_fence": WgmmaFence, "wgmma_commit": WgmmaCommit, "wgmma_wait": WgmmaWait,
+    "fence_proxy_async": FenceProxyAsync,
 }
 #: Every GPU call kernel script builds here rather than as a plain primitive call.
 SCRIPT_CALLS: dict[str, Any] = {**STATEMENTS, **{k: functools.partial(shuffle, k) for k in SHUFFLES}}

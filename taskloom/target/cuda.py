@@ -144,7 +144,11 @@ class CudaTarget(Target):
         return self.l2_bytes
 
     def nvcc_flags(self) -> list[str]:
-        """The nvcc flags that build for this target."""
+        """The nvcc flags that build for this target. An architecture-specific one
+        (``sm_90a``) is named in full: nvcc's ``-arch=sm_90a`` also builds PTX for plain
+        ``compute_90``, which refuses wgmma."""
+        if self.arch.endswith("a"):
+            return ["-gencode", f"arch=compute_{self.arch[3:]},code=sm_{self.arch[3:]}"]
         return [f"-arch={self.arch}"]
 
     def runs_on(self, device: CudaTarget) -> bool:

@@ -18,8 +18,8 @@ from typing import Any, Callable, Sequence
 
 from taskloom.errors import TaskloomError
 from taskloom.ir import stmt as S
-from taskloom.schedule.cuda.matmul_mma import MmaConfig, factor_type, read_layouts
-from taskloom.schedule.cuda.mma_model import cycles, element_bytes, target_space
+from taskloom.schedule.cuda.matmul_mma import factor_type, read_layouts
+from taskloom.schedule.cuda.mma_model import TensorCoreConfig, config_from_dict, cycles, element_bytes, target_space
 from taskloom.schedule.registry import Candidate
 from taskloom.target.cuda import CudaTarget
 from taskloom.tune.records import Records
@@ -46,29 +46,29 @@ def mma_workload(con: Any, target: CudaTarget) -> str:
     return f"matmul_mma/{con.batch}x{con.M}x{con.N}x{con.K}/{name}/{read_layouts(con, element_bytes(con, target))}"
 
 
-def recorded_mma(con: Any, target: CudaTarget, records: Records | None = None) -> MmaConfig | None:
+def recorded_mma(con: Any, target: CudaTarget, records: Records | None = None) -> TensorCoreConfig | None:
     """The fastest recorded config of ``con`` on this GPU, if it was tuned here before."""
     try:
         best = (records or Records.default()).best(mma_workload(con, target), records_target(target))
     except Exception:  # an unreadable database must not stop a compile
         return None
-    return None if best is None else MmaConfig.from_dict(best)
+    return None if best is None else config_from_dict(best)
 
 
-def ranked_configs(con: Any, target: CudaTarget, level: int) -> list[MmaConfig]:
+def ranked_configs(con: Any, target: CudaTarget, level: int) -> list[TensorCoreConfig]:
     """The configs ``level`` measures, the model's best first."""
     nbytes = element_bytes(con, target)
     configs = sorted(target_space(target, nbytes), key=lambda c: cycles(con, c, target, nbytes))
     return configs[:LEVEL_1] if level == 1 else configs
 
 
-def space_kernels(found: Candidate, configs: Sequence[MmaConfig]) -> list[S.Function]:
+def space_kernels(found: Candidate, configs: Sequence[TensorCoreConfig]) -> list[S.Function]:
     """One kernel per config, named ``config<k>``."""
     return [found.build(c, f"config{k}").fn for k, c in enumerate(configs)]
 
 
 def tune_mma(found: Candidate, target: CudaTarget, level: int, records: Records | None = None,
-             timer: Timer | None = None, progress: bool = True) -> MmaConfig:
+             timer: Timer | None = None, progress: bool = True) -> TensorCoreConfig:
     """Measures ``level``'s configs of ``found`` on the GPU, records every time, and returns
     the fastest (the model's choice when none ran)."""
     con = found.tunable

@@ -93,3 +93,10 @@ def test_on_the_gpu_an_nvrtc_build_runs_as_nvccs_does(with_nvrtc):
     want = emulated(x, y, ids, table, p, q)
     for g, w in zip(got, want):
         torch.testing.assert_close(g.cpu().float(), torch.as_tensor(w).float(), rtol=2e-3, atol=2e-2)
+
+
+def test_hopper_wgmma_builds_with_nvrtc(with_nvrtc):
+    from tests.runtime.emulator.test_wgmma import wgmma_kernel
+    module = taskloom.build(wgmma_kernel(128, "k", "mn"), target=CudaTarget.from_arch("sm_90a"), device="emulator")
+    used = module.built.resources["wg"]
+    assert used.spill_stores == used.spill_loads == 0 and used.shared_bytes >= 24576

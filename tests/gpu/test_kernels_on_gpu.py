@@ -1,6 +1,7 @@
 """On the GPU (``-m cuda``): the kernels the emulator checks on every machine, launched on
 the device to the same answers. Each rule-scheduled operator, every config of the
-tensor-core spaces (float16, bfloat16, tf32) on odd shapes and both factor layouts, odd
+tensor-core spaces (float16, bfloat16, tf32, and Hopper's wgmma) on odd shapes and both
+factor layouts, odd
 products through rows padded to 16 bytes, linears split along K, fused attention, and the
 16-byte elementwise kernels. Each case runs through :func:`launch`, which
 takes ``device="emulator"`` too, so the harness itself is checked without a GPU."""
@@ -20,7 +21,7 @@ from taskloom.graph.fusion import fuse_graph
 from taskloom.runtime.emulator.mma import tf32
 from taskloom.schedule.cuda.attention import attention_kernel
 from taskloom.schedule.cuda.matmul_mma import mma_candidate
-from taskloom.schedule.cuda.mma_model import space
+from taskloom.schedule.cuda.mma_model import space, wgmma_space
 from taskloom.schedule.attention import match_attention
 from taskloom.target import CudaTarget
 from tests.schedule.test_cuda_rules import CASES
@@ -66,9 +67,10 @@ def _product(M: int, K: int, N: int, a_k_inner: bool, b_k_inner: bool, dtype: st
     return Graph([ai, bi], [ops.relu(ops.matmul(A, B))])
 
 
-def _space_case(dtype: str, chunk: int, device: str, layouts: tuple[bool, bool], shape=(2, 77, 91, 133)):
-    """Every CHUNKS-th config of ``dtype``'s space from ``chunk`` on, in one build, each on
-    one odd batched product, against torch in float64."""
+def _space_case(dtype: str, chunk: int, device: str, layouts: tuple[bool, bool], shape=(2, 77, 91, 133),
+                wgmma: bool = False):
+    """Every CHUNKS-th config of ``dtype``'s space (``wgmma``: of the Hopper template's) from
+    ``chunk`` on, in one build, each on one odd batched product, against torch in float64."""
     base, where = on(device)
     target = dataclasses.replace(base, tf32=dtype == "float32")
     batch, M, K, N = shape
@@ -76,7 +78,8 @@ def _space_case(dtype: str, chunk: int, device: str, layouts: tuple[bool, bool],
     [group] = fuse_graph(graph)
     found = mma_candidate(group.task, target)
     assert found is not None, "the template should take this product"
-    configs = space(4 if dtype == "float32" else 2)[chunk::CHUNKS]
+    configs = (wgmma_space(target.shared_memory_per_block) if wgmma else space(4 if dtype == "float32" else 2))
+    configs = configs[chunk::CHUNKS]
     fns = [found.build(c, f"mm{k}").fn for k, c in enumerate(configs)]
     module = taskloom.build(fns, target=target, device=device)
     t = getattr(torch, dtype)
@@ -108,6 +111,20 @@ def test_every_tf32_config_on_an_odd_product(chunk, device="cuda"):
 def test_factor_layouts_in_bfloat16_and_float16(layouts, device="cuda"):
     _space_case("bfloat16", 0, device, layouts, shape=(1, 130, 70, 40))
     _space_case("float16", 1, device, layouts, shape=(1, 40, 136, 72))
+
+
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+def test_every_wgmma_config_on_an_odd_product(chunk, device="cuda"):
+    if not on(device)[0].has_wgmma():
+        pytest.skip("wgmma is Hopper's (sm_90a)")
+    _space_case("float16", chunk, device, (True, False), shape=(2, 77, 200, 133), wgmma=True)
+
+
+@pytest.mark.parametrize("layouts", [(True, True), (False, False), (False, True)])
+def test_wgmma_factor_layouts_in_bfloat16(layouts, device="cuda"):
+    if not on(device)[0].has_wgmma():
+        pytest.skip("wgmma is Hopper's (sm_90a)")
+    _space_case("bfloat16", 0, device, layouts, shape=(1, 130, 70, 72), wgmma=True)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "float32"])

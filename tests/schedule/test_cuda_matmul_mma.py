@@ -17,6 +17,7 @@ from taskloom.graph.fusion import fuse_graph
 from taskloom.ir.dtypes import bfloat16, float16, float32
 from taskloom.schedule.contraction import match_contraction
 from taskloom.schedule.cuda.matmul_mma import CONFIGS, MmaConfig, mma_candidate, mma_kernel
+from taskloom.schedule.cuda.matmul_wgmma import WgmmaConfig
 from taskloom.schedule.cuda.mma_model import choose, cycles, space
 from taskloom.target import CudaTarget
 
@@ -182,7 +183,9 @@ def test_the_model_fills_the_gpu_and_keeps_large_tiles_for_large_products():
     for arch in ("sm_80", "sm_90a"):
         target = CudaTarget.from_arch(arch)
         big = choose(types.SimpleNamespace(batch=1, M=4096, N=4096, K=4096), target)
-        assert (big.block_m, big.block_n) == (128, 128)
+        # sm_90a takes Hopper's wgmma, whose tiles go larger at the same accumulators a thread
+        assert (big.block_m, big.block_n) == ((128, 256) if arch == "sm_90a" else (128, 128))
+        assert isinstance(big, WgmmaConfig) == (arch == "sm_90a")
         bert = types.SimpleNamespace(batch=1, M=128, N=768, K=768)  # 48 tiles of 64x64 for 108-132 SMs
         small = choose(bert, target)
         tiles = -(-128 // small.block_m) * -(-768 // small.block_n)

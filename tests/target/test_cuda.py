@@ -23,6 +23,7 @@ def test_named_architectures_need_no_gpu(no_gpu):
     assert h100.shared_memory_per_block == 227 * 1024 and h100.warp_size == 32
     a100 = get_target("cuda:sm_80")
     assert a100.compute_capability == (8, 0) and a100.nvcc_flags() == ["-arch=sm_80"]
+    assert CudaTarget.from_arch("sm_90a").nvcc_flags() == ["-gencode", "arch=compute_90a,code=sm_90a"]
     assert a100.shared_memory_per_block < a100.shared_memory_per_sm
     hopper = get_target("cuda:sm_90a")
     assert hopper.has_wgmma() and not h100.has_wgmma() and hopper.key() == "cuda-sm_90a"

@@ -14,7 +14,7 @@ from taskloom import ops
 from taskloom.graph import Graph, input
 from taskloom.graph.fusion import fuse_graph
 from taskloom.schedule.cuda.matmul_mma import mma_candidate
-from taskloom.schedule.cuda.mma_model import choose, space
+from taskloom.schedule.cuda.mma_model import choose, target_space
 from taskloom.target import CudaTarget
 from taskloom.tune.cuda import LEVEL_1, mma_workload, recorded_mma, records_target, tune_mma
 from taskloom.tune.records import Records
@@ -55,7 +55,7 @@ def test_tune_2_times_the_whole_space_and_records_every_time(tmp_path):
     workload = mma_workload(found.tunable, GPU)
     assert workload == "matmul_mma/1x96x72x160/float16/kx"
     results = records.results(workload, records_target(GPU))
-    assert len(results) == len(space())
+    assert len(results) == len(target_space(GPU, 2))  # mma.sync's and wgmma's
     assert sum(error is not None for _, error in results.values()) == 1
     assert recorded_mma(found.tunable, GPU, records) == best
     other = dataclasses.replace(GPU, name="another GPU")  # another GPU's times are not this one's

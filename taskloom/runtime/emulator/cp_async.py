@@ -53,6 +53,7 @@ def issue(st: Machine, dst: memory.Buffer, dst_idx: np.ndarray, src: memory.Buff
     data = memory.load(st, src, st.full(src_idx)[:, None] + np.arange(k), mask, ok, "copies (cp.async) from")
     didx = memory.checked(st, dst, st.full(dst_idx)[:, None] + np.arange(k), mask, None, "copies (cp.async) into")
     memory.count_access(st, dst, "store", didx, mask, None)
+    memory.guard_async_reads(st, dst, dst.keys(didx), mask, None)
     lanes = np.nonzero(mask.m)[0]
     copies = _state(st)
     copies.pending.append(_Copy(dst, lanes, copies.committed[lanes], didx[lanes],

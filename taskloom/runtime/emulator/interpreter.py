@@ -18,7 +18,7 @@ from taskloom.ir import expr as E
 from taskloom.ir import gpu
 from taskloom.ir import stmt as S
 from taskloom.ir.dtypes import DataType, TensorType, VectorType
-from taskloom.runtime.emulator import checks, cp_async, memory, mma, values
+from taskloom.runtime.emulator import checks, cp_async, memory, mma, values, wgmma
 from taskloom.runtime.emulator.exprs import ExprCompiler, instruction_class, lookup
 from taskloom.runtime.emulator.machine import Machine, Mask
 
@@ -281,6 +281,28 @@ class StmtCompiler(ExprCompiler):
             d, a, b, c = ((lookup(st, name, self), fi(st, m)) for name, fi in refs)
             mma.mma_sync(st, d, a, b, c, m, shape)
         return f
+
+    def s_Wgmma(self, s: gpu.Wgmma) -> Run:
+        refs = [self.ref(r, f"wgmma's {w}") for r, w in ((s.d, "accumulators"), (s.a, "A operand"), (s.b, "B operand"))]
+        n, majors, offsets = gpu.wgmma_n(s.shape), (s.a_major, s.b_major), (s.a_lbo, s.a_sbo, s.b_lbo, s.b_sbo)
+
+        def f(st: Machine, m: Mask) -> None:
+            d, a, b = ((lookup(st, name, self), fi(st, m)) for name, fi in refs)
+            wgmma.issue(st, d, a, b, n, majors, offsets, m)
+        return f
+
+    def s_WgmmaFence(self, s: gpu.WgmmaFence) -> Run:
+        return lambda st, m: st.count("fence", m)
+
+    def s_WgmmaCommit(self, s: gpu.WgmmaCommit) -> Run:
+        return lambda st, m: wgmma.commit(st, m)
+
+    def s_WgmmaWait(self, s: gpu.WgmmaWait) -> Run:
+        pending = s.pending
+        return lambda st, m: wgmma.wait(st, pending, m)
+
+    def s_FenceProxyAsync(self, s: gpu.FenceProxyAsync) -> Run:
+        return lambda st, m: st.count("fence", m)
 
 
 class Program:

@@ -84,6 +84,7 @@ class Machine:
         self.static: dict[int, Any] = {}  # shared and register buffers, by declaration
         self.frames: list[list[tuple[str, Any]]] = []
         self.async_copies: Any = None
+        self.wgmmas: Any = None  # wgmma groups in flight (emulator.wgmma)
         self._lanes: dict[int, np.ndarray] = {}
 
     # ---- variables, with C's block scoping

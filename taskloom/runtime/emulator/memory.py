@@ -129,6 +129,17 @@ def load(st: Machine, buf: Buffer, idx: np.ndarray, mask: Mask, ok: np.ndarray |
     return out
 
 
+def guard_async_reads(st: Machine, buf: Buffer, keys: np.ndarray, mask: Mask, ok: np.ndarray | None) -> None:
+    """Refuses a write of shared ``keys`` that a wgmma in flight reads (see
+    :func:`taskloom.runtime.emulator.wgmma.check_writes`)."""
+    if buf.scope != "shared" or st.wgmmas is None or not st.wgmmas.pending:
+        return
+    from taskloom.runtime.emulator.wgmma import check_writes
+    full = np.broadcast_to(keys, (st.T, keys.shape[1]))
+    sel = _everywhere(st, mask, keys.shape[1], ok)
+    check_writes(st, buf, full[sel], np.broadcast_to(np.arange(st.T)[:, None], full.shape)[sel])
+
+
 def store(st: Machine, buf: Buffer, idx: np.ndarray, values: np.ndarray, mask: Mask,
           ok: np.ndarray | None = None, what: str = "stores to", count: bool = True) -> None:
     """Writes ``values`` (stored elements, lanes x k) at ``idx`` for the active lanes."""
@@ -138,6 +149,7 @@ def store(st: Machine, buf: Buffer, idx: np.ndarray, values: np.ndarray, mask: M
         raise checks.out_of_bounds(st, buf, what, idx, _everywhere(st, mask, idx.shape[1], ok))
     idx = checked(st, buf, idx, mask, ok, what)
     keys = buf.keys(idx)
+    guard_async_reads(st, buf, keys, mask, ok)
     if buf.races is not None:
         _track(st, buf, "store", keys, mask, ok)
     if count and buf.scope != "register":

@@ -104,6 +104,10 @@ class MmaConfig:
     def shared_bytes(self, element_bytes: int = 2) -> int:
         return self.stages * (self.block_m + self.block_n) * self.block_k * element_bytes
 
+    def kernel(self, con: Contraction, name: str, dtype: DataType | None = None) -> S.Function:
+        """The template's kernel of ``con`` with this config (:func:`mma_kernel`)."""
+        return mma_kernel(con, self, name, dtype)
+
     def mapping(self):
         """The block's warps over its m16n8 tiles, as Hidet writes it."""
         return spatial(*self.warps) * repeat(*self.mma_tiles)
@@ -281,6 +285,8 @@ class _Tile:
 
 class _Kernel:
     """The phases of one kernel, sharing its names and variables."""
+
+    m_stride = 16  # rows between a warp's m16 tiles
 
     def __init__(self, con: Contraction, config: MmaConfig, dtype: DataType,
                  read: Callable[[E.Expr, dict], E.Expr], out: E.Var, names: NameGen):
@@ -506,7 +512,7 @@ class _Kernel:
         mt, nt = self.c.mma_tiles
         i, j, h, e = self._vars("i", "j", "h", "e")
         g, t = self.lane // 4, self.lane % 4
-        m = self.bm + wm + i * 16 + g + h * 8
+        m = self.bm + wm + i * self.m_stride + g + h * 8
         n = self.bn + wn + j * 8 + t * 2
 
         def value(column: E.Expr, k: E.Expr) -> E.Expr:
@@ -544,6 +550,23 @@ def _describe(f: _Factor) -> str:
     return f"{f.name} into {layout} by {how}"
 
 
+def template_function(con: Contraction, cls: type, config: Any, dtype: DataType, name: str, template: str,
+                      multiply: Callable[[Any], str]) -> S.Function:
+    """The function of a tensor-core template's kernel (``cls``, a :class:`_Kernel`) of ``con``
+    with ``config``: the task's inputs, then its output; its doc says how it multiplies
+    (``multiply(kernel)``) and how it loads each factor."""
+    names, params, tensors = _parameters(con.task)
+    inline = _Inline(tensors)
+
+    def read(expr: E.Expr, bindings: dict[E.Var, E.Expr]) -> E.Expr:
+        return inline.visit(substitute(expr, bindings))
+    kernel = cls(con, config, dtype, read, tensors[con.output], names)
+    copies = "; ".join(_describe(f) for f in (kernel.A, kernel.B))
+    doc = f"{con.task.name}: the CUDA matmul template (tensor cores, {multiply(kernel)}), {config}; {copies}"
+    return S.Function(name, tuple(params), kernel.body(), attrs=(("doc", doc), ("template", template),
+                                                                  ("config", str(config))))
+
+
 def mma_kernel(con: Contraction, config: MmaConfig, name: str, dtype: DataType | None = None) -> S.Function:
     """The kernel of ``con`` with ``config``: the task's inputs, then its output. ``dtype``
     is the factors' type on the tensor cores (float32 for tf32); by default their 16-bit type."""
@@ -551,17 +574,8 @@ def mma_kernel(con: Contraction, config: MmaConfig, name: str, dtype: DataType |
     if dtype is None:
         raise ValueError(f"{con.task.name}: the tensor-core template needs float16 or bfloat16 factors, "
                          "or float32 ones on a target that allows tf32")
-    names, params, tensors = _parameters(con.task)
-    inline = _Inline(tensors)
-
-    def read(expr: E.Expr, bindings: dict[E.Var, E.Expr]) -> E.Expr:
-        return inline.visit(substitute(expr, bindings))
-    kernel = _Kernel(con, config, dtype, read, tensors[con.output], names)
-    copies = "; ".join(_describe(f) for f in (kernel.A, kernel.B))
-    shape = kernel.shape + (" tf32" if dtype == float32 else "")
-    doc = f"{con.task.name}: the CUDA matmul template (tensor cores, mma.sync {shape}), {config}; {copies}"
-    fn = S.Function(name, tuple(params), kernel.body(), attrs=(("doc", doc), ("template", "matmul_mma"),
-                                                                ("config", str(config))))
+    tf32 = " tf32" if dtype == float32 else ""
+    fn = template_function(con, _Kernel, config, dtype, name, "matmul_mma", lambda k: f"mma.sync {k.shape}{tf32}")
     grid = (-(-con.N // config.block_n), -(-con.M // config.block_m), con.batch)
     tiles = config.shared_bytes(dtype.nbytes)
     return gpu.cuda_kernel(fn, grid, (config.threads,), tiles if tiles > STATIC_SHARED else 0)
@@ -569,13 +583,17 @@ def mma_kernel(con: Contraction, config: MmaConfig, name: str, dtype: DataType |
 
 def mma_candidate(task: Task, target: CudaTarget, constants: Mapping[int, np.ndarray] | None = None,
                   weights_stream: bool = False) -> Candidate | None:
-    """The template's offer for a contraction of 16-bit factors (or float32 ones, where the
-    target allows tf32) that is not thin (:func:`~taskloom.schedule.cuda.matmul.thin`); its config comes from :func:`taskloom.schedule.cuda.mma_model.choose`."""
+    """The tensor-core templates' offer for a contraction of 16-bit factors (or float32 ones,
+    where the target allows tf32) that is not thin (:func:`~taskloom.schedule.cuda.matmul.thin`);
+    its config, an :class:`MmaConfig` or on ``sm_90a`` a
+    :class:`~taskloom.schedule.cuda.matmul_wgmma.WgmmaConfig`, comes from
+    :func:`taskloom.schedule.cuda.mma_model.choose`."""
     con = match_contraction(task, (float32, float16, bfloat16))
     if con is None or not con.static or thin(con):
         return None
     dtype = factor_type(con, target.tf32)
     if dtype is None:
         return None
-    return Candidate("matmul_mma", con, lambda config, name: Scheduled(mma_kernel(con, config, name, dtype),
+    # a config builds its own kernel: mma.sync's here, or wgmma's (matmul_wgmma) on sm_90a
+    return Candidate("matmul_mma", con, lambda config, name: Scheduled(config.kernel(con, name, dtype),
                                                                        tuple(range(len(task.inputs)))))

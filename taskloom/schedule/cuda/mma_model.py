@@ -9,11 +9,17 @@ of shared memory (dynamic past 48 KiB) and whose copies divide evenly among its 
 tf32 tiles, of float32, take twice the bytes, and their warps keep to 64 rows of m and their
 pipelines to three or four stages (the others spill a few registers in ptxas).
 
+On ``sm_90a`` the space also holds the Hopper template's configs
+(:class:`~taskloom.schedule.cuda.matmul_wgmma.WgmmaConfig`, 16-bit factors): tiles of 64-256
+on a side in steps of 64 along K, one or two warpgroups of at most 128 accumulators a thread,
+three to five stages within the shared memory a block may opt in to.
+
 **The model** prices a config on a contraction (batch, M, N, K) as the busiest SM's time:
 its share of the blocks (``ceil(blocks / SMs)``, so a tile that leaves SMs idle, or a last
 wave of one block, costs what it costs), each block the larger of
 
-- its tensor-core time: the padded tile's multiply-adds at the SM's mma rate, and
+- its tensor-core time: the padded tile's multiply-adds at the SM's mma rate (wgmma's twice
+  ``mma.sync``'s on Hopper), and
 - its load time: the A and B tiles it reads, at the SM's share of the L2 bandwidth.
 
 Small tiles fill more SMs but read more bytes per multiply-add; the model weighs the two.
@@ -25,10 +31,13 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
+from typing import Any, Mapping
 
 from taskloom.schedule.contraction import Contraction
 from taskloom.ir.dtypes import float32
 from taskloom.schedule.cuda.matmul_mma import MmaConfig, factor_type
+from taskloom.schedule.cuda.matmul_wgmma import WgmmaConfig
 from taskloom.target.cuda import CudaTarget
 
 #: the most shared memory a config may take: one block of it fits an SM of every architecture
@@ -38,6 +47,10 @@ MAX_WARP_TILE = 64 * 64
 #: per compute-capability major: (fp16 multiply-adds an SM's tensor cores do a clock with
 #: mma.sync, bytes an SM reads from L2 a clock)
 RATES = {8: (1024, 32), 9: (1024, 48)}
+WGMMA_RATE = 2048  # fp16 multiply-adds an H100 SM's tensor cores do a clock with wgmma
+#: the most float32 accumulators a thread of a wgmma config holds (past it, registers spill)
+MAX_ACCUMULATORS = 128
+TensorCoreConfig = MmaConfig | WgmmaConfig
 
 
 def _fits(c: MmaConfig, element_bytes: int, shared: int) -> bool:
@@ -62,17 +75,30 @@ def space(element_bytes: int = 2, shared: int = SHARED_LIMIT) -> list[MmaConfig]
     return out
 
 
-def cycles(con: Contraction, c: MmaConfig, target: CudaTarget, element_bytes: int = 2) -> float:
+def wgmma_space(shared: int) -> list[WgmmaConfig]:
+    """Every config of the Hopper template whose tiles fit ``shared`` bytes (see the module
+    docstring)."""
+    out = []
+    for bm, bn, groups, stages in itertools.product((64, 128, 256), (64, 128, 256), (1, 2), (3, 4, 5)):
+        c = WgmmaConfig(bm, bn, stages, groups)
+        if c.valid() and c.accumulators <= MAX_ACCUMULATORS and c.shared_bytes() <= shared:
+            out.append(c)
+    return out
+
+
+def cycles(con: Contraction, c: TensorCoreConfig, target: CudaTarget, element_bytes: int = 2) -> float:
     """The model's clock cycles for ``con`` with ``c`` on ``target``, its factors of
     ``element_bytes`` (4: tf32, at half the 16-bit rate)."""
     macs, l2 = RATES.get(target.compute_capability[0], RATES[8])
-    macs = macs if element_bytes == 2 else macs // 2
+    macs = WGMMA_RATE if isinstance(c, WgmmaConfig) else macs if element_bytes == 2 else macs // 2
     blocks = math.ceil(con.M / c.block_m) * math.ceil(con.N / c.block_n) * con.batch
     k = math.ceil(con.K / c.block_k) * c.block_k
     compute = c.block_m * c.block_n * k / macs
     loads = (c.block_m + c.block_n) * k * element_bytes / l2
-    # fewer than three stages leave a load exposed each step; one warp leaves mma idle on the copies
-    exposed = (1.25 if c.stages == 2 else 1.0) * (1.2 if c.threads == 32 else 1.0)
+    # one step requested ahead leaves a load exposed each step (mma.sync requests stages - 1
+    # ahead, wgmma stages - 2); one warp leaves mma idle on the copies
+    ahead = c.stages - (2 if isinstance(c, WgmmaConfig) else 1)
+    exposed = (1.25 if ahead < 2 else 1.0) * (1.2 if c.threads == 32 else 1.0)
     return math.ceil(blocks / target.num_sms) * max(compute, loads) * exposed
 
 
@@ -81,12 +107,26 @@ def element_bytes(con: Contraction, target: CudaTarget) -> int:
     return 4 if target.tf32 and factor_type(con, True) == float32 else 2
 
 
-def target_space(target: CudaTarget, nbytes: int) -> list[MmaConfig]:
-    """The configs of factors of ``nbytes`` whose tiles fit ``target``'s shared memory."""
-    return space(nbytes, min(SHARED_LIMIT, target.shared_memory_per_block))
+def target_space(target: CudaTarget, nbytes: int) -> list[TensorCoreConfig]:
+    """The configs of factors of ``nbytes`` whose tiles fit ``target``'s shared memory:
+    ``mma.sync``'s, and on ``sm_90a`` for 16-bit factors wgmma's too."""
+    configs: list[TensorCoreConfig] = list(space(nbytes, min(SHARED_LIMIT, target.shared_memory_per_block)))
+    if target.has_wgmma() and nbytes == 2 and wgmma_enabled():
+        configs += wgmma_space(target.shared_memory_per_block)
+    return configs
 
 
-def choose(con: Contraction, target: CudaTarget) -> MmaConfig:
+def wgmma_enabled() -> bool:
+    """Whether ``sm_90a`` builds may use wgmma (``TASKLOOM_WGMMA=0`` keeps them on ``mma.sync``)."""
+    return os.environ.get("TASKLOOM_WGMMA", "1") != "0"
+
+
+def config_from_dict(d: Mapping[str, Any]) -> TensorCoreConfig:
+    """A tuning record's config, of either template."""
+    return WgmmaConfig.from_dict(d) if d.get("kind") == "wgmma" else MmaConfig.from_dict(d)
+
+
+def choose(con: Contraction, target: CudaTarget) -> TensorCoreConfig:
     """The config of least modelled time; ties go to the larger tile, then more stages."""
     nbytes = element_bytes(con, target)
     return min(target_space(target, nbytes),

@@ -1,0 +1,134 @@
+"""The Hopper matmul template: wgmma from swizzled shared memory fed by cp.async, run in the
+emulator to numpy's answer on odd and prime shapes, in both operand layouts, with no bank
+conflicts on the copies and exactly the tiles' wgmma count; built by nvcc for sm_90a into
+HGMMA with asynchronous loads and no spills."""
+from __future__ import annotations
+
+import dataclasses
+import shutil
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import taskloom
+from taskloom import ops
+from taskloom.graph import Graph, input
+from taskloom.graph.fusion import fuse_graph
+from taskloom.ir.dtypes import bfloat16, float16, float32
+from taskloom.schedule.contraction import match_contraction
+from taskloom.schedule.cuda.matmul_wgmma import WgmmaConfig, wgmma_kernel
+from taskloom.target import CudaTarget
+
+pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+rng = np.random.default_rng(0)
+SM90A = CudaTarget.from_arch("sm_90a")
+#: small configs the emulator runs quickly: one and two warpgroups, 3 and 4 stages
+SMALL = (WgmmaConfig(64, 64, 3, 1), WgmmaConfig(128, 64, 4, 2), WgmmaConfig(64, 128, 3, 1))
+
+
+def half(*shape):
+    return rng.standard_normal(shape).astype(np.float16)
+
+
+def f32(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float32)
+
+
+def run(graph: Graph, feeds: dict, config: WgmmaConfig):
+    """The graph's one fused group through the template in the emulator: (out, report, kernel)."""
+    [group] = fuse_graph(graph)
+    con = match_contraction(group.task, (float32, float16, bfloat16))
+    assert con is not None
+    fn = wgmma_kernel(con, config, "mm")
+    module = taskloom.build(fn, target=SM90A, device="emulator")
+    args = [feeds[t.name] if t.name in feeds else t.numpy() for t in group.inputs]
+    spec = graph.outputs[0]
+    out = np.zeros(tuple(int(d) for d in spec.shape), np.dtype(spec.dtype.numpy))
+    return out, module["mm"](*args, out), fn
+
+
+def wgmma_count(batch: int, M: int, N: int, K: int, c: WgmmaConfig) -> int:
+    """Warp-level wgmma instructions: every block's m64 strips, four per step of K, 4 warps each."""
+    blocks = -(-M // c.block_m) * -(-N // c.block_n) * batch
+    return blocks * (c.block_m // 64) * 4 * -(-K // c.block_k) * 4
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from([1, 37, 131]), st.sampled_from([64, 72, 200]), st.sampled_from([8, 72, 136]),
+       st.sampled_from(SMALL))
+def test_matmul_bias_relu_on_odd_shapes(M, K, N, config):
+    a, w, b = half(M, K), half(K, N), half(N)
+    ai = input(a.shape, "float16", name="a")
+    graph = Graph([ai], [ops.relu(ops.matmul(ai, taskloom.asarray(w)) + taskloom.asarray(b))])
+    out, report, fn = run(graph, {"a": a}, config)
+    np.testing.assert_allclose(f32(out), np.maximum(f32(a) @ f32(w) + f32(b), 0), rtol=2e-3, atol=2e-2)
+    assert report.instructions["wgmma"] == wgmma_count(1, M, N, K, config)
+    assert report.counters.bank_conflicts == 0
+    assert "A into [m][k] by cp.async" in fn.attr("doc") and "B into [k][n] by cp.async" in fn.attr("doc")
+
+
+def test_linear_reads_its_weight_k_major():
+    torch = pytest.importorskip("torch")
+    x, w, bias = (torch.randn(*s, dtype=torch.bfloat16) for s in ((2, 50, 64), (96, 64), (96,)))
+    xi, wi, bi = (input(tuple(t.shape), "bfloat16", name=n) for t, n in ((x, "x"), (w, "w"), (bias, "bias")))
+    graph = Graph([xi, wi, bi], [ops.linear(xi, wi, bi)])
+    [group] = fuse_graph(graph)
+    con = match_contraction(group.task, (float32, float16, bfloat16))
+    fn = wgmma_kernel(con, SMALL[0], "mm")
+    out = torch.zeros((2, 50, 96), dtype=torch.bfloat16)
+    report = taskloom.build(fn, target=SM90A, device="emulator")["mm"](x, w, bias, out)
+    assert "B into [n][k] by cp.async" in fn.attr("doc")
+    want = x.float() @ w.float().T + bias.float()
+    torch.testing.assert_close(out.float(), want.bfloat16().float(), rtol=1e-2, atol=5e-2)
+    assert report.counters.bank_conflicts == 0
+
+
+def test_a_transposed_factor_is_m_major():
+    a, w = half(72, 40), half(72, 64)  # C = a^T w: A is read along m
+    ai = input(a.shape, "float16", name="a")
+    out, report, fn = run(Graph([ai], [ops.matmul(ops.transpose(ai, 0, 1), taskloom.asarray(w))]), {"a": a},
+                          SMALL[0])
+    assert "A into [k][m] by cp.async" in fn.attr("doc")
+    np.testing.assert_allclose(f32(out), f32(a).T @ f32(w), rtol=2e-3, atol=2e-2)
+
+
+def test_batched_matmul_and_a_convolution_window():
+    torch = pytest.importorskip("torch")
+    p, q = half(3, 33, 64), half(3, 64, 64)
+    pi, qi = input(p.shape, "float16", name="p"), input(q.shape, "float16", name="q")
+    out, _, _ = run(Graph([pi, qi], [ops.cast(ops.matmul(pi, qi), "float32")]), {"p": p, "q": q}, SMALL[1])
+    np.testing.assert_allclose(out, f32(p) @ f32(q), rtol=1e-3, atol=1e-3)
+    x, w = half(1, 8, 9, 7), half(64, 8, 3, 3)
+    xi = input(x.shape, "float16", name="img")
+    out, _, fn = run(Graph([xi], [ops.conv2d(xi, taskloom.asarray(w), padding=1)]), {"img": x}, SMALL[0])
+    assert "by its threads" in fn.attr("doc")
+    want = torch.nn.functional.conv2d(torch.from_numpy(f32(x)), torch.from_numpy(f32(w)), padding=1).numpy()
+    np.testing.assert_allclose(f32(out), want, rtol=2e-3, atol=3e-2)
+
+
+def test_compiling_for_sm_90a_takes_wgmma_for_a_large_product(monkeypatch):
+    a, w = half(200, 512), half(512, 384)
+    ai = input(a.shape, "float16", name="a")
+    graph = Graph([ai], [ops.matmul(ai, taskloom.asarray(w))])
+    small = dataclasses.replace(SM90A, num_sms=4)  # an H100 of 4 SMs: this product fills it
+    compiled = taskloom.compile(graph, target=small, device="emulator")
+    [kernel] = compiled.meta["kernels"]
+    assert "(wgmma)" in kernel["schedule"]
+    np.testing.assert_allclose(f32(compiled(a)), f32(a) @ f32(w), rtol=2e-3, atol=5e-2)
+    monkeypatch.setenv("TASKLOOM_WGMMA", "0")  # kept on mma.sync
+    assert "wgmma" not in taskloom.compile(graph, target=small, device="emulator").meta["kernels"][0]["schedule"]
+
+
+def test_every_config_builds_without_spills():
+    from taskloom.schedule.cuda.mma_model import wgmma_space
+    a = input((512, 512), "float16", name="a")
+    [group] = fuse_graph(Graph([a], [ops.relu(ops.matmul(a, taskloom.asarray(half(512, 512))))]))
+    con = match_contraction(group.task, (float32, float16, bfloat16))
+    configs = wgmma_space(SM90A.shared_memory_per_block)
+    module = taskloom.build([wgmma_kernel(con, c, f"k{i}") for i, c in enumerate(configs)], target=SM90A,
+                            device="emulator")
+    for i, c in enumerate(configs):
+        used = module.built.resources[f"k{i}"]
+        assert used.spill_stores == used.spill_loads == 0, c

@@ -5,12 +5,13 @@ float16 at batch 1 against torch eager, torch.compile and torch.compile with CUD
 in (torch.profiler) beside the host's time per call, the bar products tuned on the GPU
 against the analytic model's configs, and BERT's linears split along K.
 
-    python3 bench/gpu_session.py --out DIR [--stages matmul,models,tune,split_k] [--models bert,resnet50]
+    python3 bench/gpu_session.py --out DIR [--stages wgmma_smoke|matmul,mma_sync,models,tune,split_k] [--models bert,resnet50]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 import traceback
@@ -40,6 +41,8 @@ def matmuls(out: Path, repeats: int, rounds: int) -> None:
         results[-1]["profile"] = _guarded(lambda: profile_matmul(m, n, k))
         print(results[-1]["profile"].get("table", results[-1]["profile"]), flush=True)
         _save(out / "matmul.json", results)
+    if os.environ.get("TASKLOOM_WGMMA") == "0":
+        return  # the wgmma check failed: the tf32 product below would run without it as well
     torch.set_float32_matmul_precision("high")
     try:
         results.append(_guarded(lambda: bench_matmul(4096, 4096, 4096, "float32", repeats, rounds,
@@ -48,6 +51,37 @@ def matmuls(out: Path, repeats: int, rounds: int) -> None:
     finally:
         torch.set_float32_matmul_precision("highest")
     _save(out / "matmul.json", results)
+
+
+def mma_sync_matmuls(out: Path, repeats: int, rounds: int) -> None:
+    """The float16 bar shapes by taskloom with wgmma turned off (``mma.sync`` only): what
+    the Hopper template is worth, shape by shape, beside the matmul stage's rows."""
+    os.environ["TASKLOOM_WGMMA"] = "0"
+    results = []
+    for m, n, k in MATMULS:
+        results.append(_guarded(lambda: bench_matmul(m, k, n, "float16", repeats, rounds, ("taskloom",))))
+        _show(f"matmul {m}x{n}x{k} float16, mma.sync only", results[-1])
+        _save(out / "matmul_mma_sync.json", results)
+
+
+def wgmma_smoke(target: str = "cuda", device: str = "cuda") -> int:
+    """0 where the wgmma template computes right on this GPU (a float16 product and a linear
+    at odd sizes, compiled as a model would be, against torch), else 1: the session then
+    turns wgmma off for its later stages."""
+    import taskloom
+    from taskloom import ops
+    from taskloom.graph import Graph, input
+    a, b = input((1000, 776), "float16", name="a"), input((776, 1032), "float16", name="b")
+    w = input((520, 776), "float16", name="w")
+    compiled = taskloom.compile(Graph([a, b, w], [ops.matmul(a, b), ops.linear(a, w)]), target=target, device=device)
+    used = [k["schedule"] for k in compiled.meta["kernels"] if "wgmma" in k["schedule"]]
+    where = "cuda" if device == "cuda" else "cpu"
+    x, y, z = (torch.randn(*s, device=where, dtype=torch.float16) for s in ((1000, 776), (776, 1032), (520, 776)))
+    got = compiled(x, y, z)
+    want = (x.float() @ y.float(), x.float() @ z.float().T)
+    errors = [float((g.float() - r).abs().max()) for g, r in zip(got, want)]
+    print(f"wgmma kernels: {used}; largest errors {errors}", flush=True)
+    return 0 if used and max(errors) < 0.5 else 1
 
 
 def models(out: Path, names: list[str], repeats: int, rounds: int) -> None:
@@ -81,7 +115,6 @@ def profile_model(name: str) -> dict[str, Any]:
 def split_linears(out: Path, repeats: int, rounds: int) -> None:
     """BERT-base's linears (float16, 128 rows, a bias) whole and split along K into 2, 4 and
     8 parts, and as the model picks (``TASKLOOM_SPLIT_K``): what the split is worth."""
-    import os
     from taskloom.bench.gpu import time_cuda_rounds
     from taskloom.frontend.torch import taskloom_backend
     results = []
@@ -186,7 +219,6 @@ def profile(name: str, model: Any, inputs: tuple[Any, ...], calls: int = 20) -> 
     """taskloom's compiled ``model``: host milliseconds per call (replaying a CUDA graph, and
     launching kernel by kernel), GPU kernel time per call, and the kernels that take it, from
     torch.profiler."""
-    import os
     from taskloom.frontend.torch import taskloom_backend
     one_by_one = float("nan")
     os.environ["TASKLOOM_CUDA_GRAPHS"] = "0"
@@ -241,8 +273,12 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     _save(args.out / "gpu.json", {**gpu_facts(), "torch": torch.__version__})
     stages = args.stages.split(",")
+    if "wgmma_smoke" in stages:
+        raise SystemExit(wgmma_smoke())
     if "matmul" in stages:
         matmuls(args.out, args.repeats, args.rounds)
+    if "mma_sync" in stages:
+        mma_sync_matmuls(args.out, args.repeats, args.rounds)
     if "models" in stages:
         models(args.out, args.models.split(","), args.repeats, args.rounds)
     if "tune" in stages:

@@ -2,7 +2,7 @@
 # A lent GPU's checks and measurements, most valuable first, each step under its own time
 # limit so that one hang costs only its step. Run from the repository root on the GPU
 # machine; what it finds lands in $OUT: log.txt (all output), gpu.json, matmul.json,
-# models.json, tune.json, records.jsonl, split_k.json (bench/gpu_session.py). A .gpucache folder made by bench/gpu_prepare.py is
+# matmul_mma_sync.json, models.json, tune.json, records.jsonl, split_k.json (bench/gpu_session.py). A .gpucache folder made by bench/gpu_prepare.py is
 # used as taskloom's build cache when present.
 set -u
 OUT=${OUT:-/tmp/taskloom-gpu}
@@ -16,7 +16,9 @@ step() {
     local limit=$1; shift
     echo "== $* (limit ${limit} s) $(date +%T)"
     timeout -k 5 "$limit" "$@"
-    echo "== exit $? $(date +%T)"
+    local rc=$?
+    echo "== exit $rc $(date +%T)"
+    return $rc
 }
 facts() {
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv
@@ -34,7 +36,13 @@ export -f facts
     step 120 python3 -m pytest -q -p no:cacheprovider -m cuda -n 16 --timeout 100 --tb=short -rfE \
         tests/gpu tests/runtime/test_device.py tests/frontend/test_torch_cuda.py tests/compiler/test_cuda_graph.py \
         tests/bench/test_gpu.py tests/tune/test_cuda_tuner.py tests/backend/test_nvrtc.py
+    # the Hopper template's first check on hardware: where it fails, the rest runs without it
+    if ! step 45 python3 bench/gpu_session.py --out "$OUT" --stages wgmma_smoke; then
+        export TASKLOOM_WGMMA=0
+        echo "== wgmma failed its check: TASKLOOM_WGMMA=0 for the rest of the session"
+    fi
     step 90 python3 bench/gpu_session.py --out "$OUT" --stages matmul
+    [ "${TASKLOOM_WGMMA:-1}" != 0 ] && step 45 python3 bench/gpu_session.py --out "$OUT" --stages mma_sync
     step "$(left 170)" python3 bench/gpu_session.py --out "$OUT" --stages models
     step 100 python3 bench/gpu_session.py --out "$OUT" --stages tune
     step 60 ncu --kernel-name 'regex:^k[0-9]+_' --clock-control none --section SpeedOfLight \

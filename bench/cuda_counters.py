@@ -69,7 +69,7 @@ def measure(name: str, graph: Graph, target: CudaTarget, schedule: str) -> dict[
             "bank_conflicts": c.bank_conflicts, "registers": r.registers, "spills": r.spill_stores + r.spill_loads}
 
 
-LOOP_OPS = ("FFMA", "HMMA", "HGMMA", "LDSM", "LDGSTS", "LDS", "LDG", "STS", "BAR")
+LOOP_OPS = ("FFMA", "HMMA", "HGMMA", "LDSM", "LDGSTS", "UTMALDG", "SYNCS", "LDS", "LDG", "STS", "BAR")
 
 
 def main_loop(lib_path: str) -> dict[str, int] | None:
@@ -99,7 +99,8 @@ def template_loops(target: CudaTarget) -> list[dict[str, Any]]:
     from taskloom.schedule.cuda import matmul, matmul_mma
     from taskloom.schedule.cuda.matmul_wgmma import WgmmaConfig
     rows = []
-    hopper = (WgmmaConfig(128, 128, 4, 2), WgmmaConfig(128, 256, 4, 2)) if target.has_wgmma() else ()
+    hopper = (WgmmaConfig(128, 128, 4, 2, tma=False), WgmmaConfig(128, 128, 4, 2),
+              WgmmaConfig(128, 256, 4, 2)) if target.has_wgmma() else ()
     for dtype, K, find, configs in (("float32", 256, matmul.matmul_candidate, matmul.CONFIGS),
                                     ("float16", 2048, matmul_mma.mma_candidate, matmul_mma.CONFIGS + hopper)):
         a = input((256, K), dtype, name="a")

@@ -116,6 +116,20 @@ class _CudaKernelCodegen(CFamilyCodegen):
         elif isinstance(s, gpu.WgmmaWait):
             self.emit(d, f'asm volatile("wgmma.wait_group.sync.aligned %0;\\n" :: "n"({s.pending}) : "memory");')
             self.emit(d, f"tl_fence_operands<{self._registers(s.acc)}>({c_name(s.acc.name)});")
+        elif isinstance(s, gpu.MbarrierInit):
+            self.emit(d, f"tl_mbarrier_init(&{self.expr(s.bar)}, {s.count});")
+        elif isinstance(s, gpu.FenceMbarrierInit):
+            self.emit(d, "tl_fence_mbarrier_init();")
+        elif isinstance(s, gpu.MbarrierExpectTx):
+            self.emit(d, f"tl_mbarrier_expect_tx(&{self.expr(s.bar)}, {s.nbytes});")
+        elif isinstance(s, gpu.MbarrierWait):
+            self.emit(d, f"tl_mbarrier_wait(&{self.expr(s.bar)}, {self.expr(s.phase)});")
+        elif isinstance(s, gpu.TmaLoad):
+            if s.tmap not in {t.name for t in gpu.tensor_maps(self.fn)}:
+                raise CodegenError(f"{self.where}: tma_load names tensor map '{s.tmap}', which the kernel lacks")
+            coords = ", ".join(self.expr(c) for c in s.coords)
+            self.emit(d, f"tl_tma_load_{len(s.coords)}d(&{self.expr(s.dst)}, &{c_name(s.tmap)}, {coords}, "
+                         f"&{self.expr(s.bar)});")
         elif isinstance(s, gpu.FenceProxyAsync):
             self.emit(d, 'asm volatile("fence.proxy.async.shared::cta;\\n" ::: "memory");')
         else:
@@ -179,8 +193,14 @@ class _CudaKernelCodegen(CFamilyCodegen):
         self.emit_doc()
         params = self.param_list()
         symbol = c_symbol(self.fn.name)
+        maps = gpu.tensor_maps(self.fn)
+        if maps and not self.target.has_wgmma():
+            raise CodegenError(f"{self.where}: TMA is Hopper's (sm_90a); the target is {self.target.arch}")
+        # TMA descriptors follow the parameters, by value: the launcher encodes them
+        kernel_params = ", ".join([params] * bool(params) + [f"const __grid_constant__ tl_tensor_map {c_name(t.name)}"
+                                                              for t in maps])
         self.emit(0, "#if defined(__CUDACC__)")
-        self.emit(0, f'extern "C" __global__ void {bounds}{symbol}({params}) {{')
+        self.emit(0, f'extern "C" __global__ void {bounds}{symbol}({kernel_params}) {{')
         if self.dynamic_bytes and self.declares_shared() and self.shared_align > 16:
             a = self.shared_align
             self.emit(1, f"extern __shared__ __align__({a}) unsigned char tl_dynamic_raw[];")
@@ -199,9 +219,10 @@ class _CudaKernelCodegen(CFamilyCodegen):
         """The host function that launches the kernel on a stream and returns the error code:
         by ``<<<>>>`` where nvcc builds it, else from the cubin NVRTC built (the prelude's
         ``tl_kernel``)."""
+        maps = gpu.tensor_maps(self.fn)
         names = [c_name(p.name) for p in self.fn.params] + ([STATUS] if self.fn.reports_status else [])
+        sep = ", " if names else ""
         args = ", ".join(names)
-        sep = ", " if args else ""
         self.emit(0, "#if !defined(__CUDACC_RTC__)")
         self.emit(0, f'extern "C" int {LAUNCH_PREFIX}{symbol}({params if args else ""}{sep}void* stream) {{')
         self.emit(1, f"const dim3 grid({', '.join(self.expr(g) for g in grid)});")
@@ -226,12 +247,32 @@ class _CudaKernelCodegen(CFamilyCodegen):
         self.emit(2, "}")
         self.emit(1, "}")
         self.emit(1, "if (grid.x == 0 || grid.y == 0 || grid.z == 0) return 0;  // nothing to do")
+        for t in maps:
+            self.tensor_map(t)
+        names += [c_name(t.name) for t in maps]
+        args = ", ".join(names)
         self.either([f"::{symbol}<<<grid, block, shared_bytes, (cudaStream_t)stream>>>({args});",
                      "return (int)cudaGetLastError();"],
                     [f"void* argv[] = {{{', '.join(f'(void*)&{n}' for n in names) or 'nullptr'}}};",
                      "return (int)cudaLaunchKernel(fn, grid, block, argv, shared_bytes, (cudaStream_t)stream);"])
         self.emit(0, "}")
         self.emit(0, "#endif")
+
+    def tensor_map(self, t: gpu.TensorMap) -> None:
+        """The launcher's encoding of TMA descriptor ``t`` over its tensor's pointer."""
+        tensor = next(p for p in self.fn.params if p.name == t.tensor)
+        code = {"float16": 6, "bfloat16": 9}[tensor.type.dtype.name]  # type: ignore[union-attr]
+        name = c_name(t.name)
+        self.emit(1, f"tl_tensor_map {name};  // {t.tensor} as {' x '.join(map(str, t.dims))}, "
+                     f"boxes of {' x '.join(map(str, t.box))}")
+        self.emit(1, "{")
+        self.emit(2, f"const unsigned long long dims[] = {{{', '.join(f'{d}ull' for d in t.dims)}}};")
+        self.emit(2, f"const unsigned long long strides[] = {{{', '.join(f'{x}ull' for x in t.strides) or '0'}}};")
+        self.emit(2, f"const unsigned box[] = {{{', '.join(map(str, t.box))}}};")
+        self.emit(2, f"int e = tl_encode_tensor_map(&{name}, {code}, {len(t.dims)}, (void*){c_name(t.tensor)}, "
+                     "dims, strides, box);")
+        self.emit(2, "if (e) return e;")
+        self.emit(1, "}")
 
     def either(self, by_nvcc: list[str], beside_nvrtc: list[str]) -> None:
         """Lines for nvcc's build, else for the host's compiler beside NVRTC's."""

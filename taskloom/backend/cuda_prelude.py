@@ -22,6 +22,9 @@ struct __half { unsigned short bits; };
 struct __nv_bfloat16 { unsigned short bits; };
 #endif
 
+// A TMA descriptor (CUtensorMap's 128 bytes), passed to a kernel by value
+struct alignas(128) tl_tensor_map { unsigned long long opaque[16]; };
+
 // Run-time index checks report to a status in device memory that the launcher passes each
 // kernel with checks: the first failed check's number (in taskloom_checks, from 1), the value
 // and the valid range [low, high].
@@ -152,9 +155,52 @@ template <int N> TL_DEVICE void tl_fence_operands(float* r) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
+// mbarriers (one 64-bit word of shared memory) and TMA copies of a box into shared memory
+TL_DEVICE unsigned tl_smem(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+TL_DEVICE void tl_mbarrier_init(void* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(tl_smem(bar)), "r"(count) : "memory");
+}
+TL_DEVICE void tl_fence_mbarrier_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+TL_DEVICE void tl_mbarrier_expect_tx(void* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(tl_smem(bar)), "r"(bytes) : "memory");
+}
+// until the phase of parity `phase` has completed
+TL_DEVICE void tl_mbarrier_wait(void* bar, unsigned phase) {
+  asm volatile("{\n.reg .pred done;\nTL_WAIT:\n"
+               "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+               "@!done bra TL_WAIT;\n}\n" :: "r"(tl_smem(bar)), "r"(phase) : "memory");
+}
+TL_DEVICE void tl_tma_load_2d(void* dst, const tl_tensor_map* map, int c0, int c1, void* bar) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+               :: "r"(tl_smem(dst)), "l"(map), "r"(c0), "r"(c1), "r"(tl_smem(bar)) : "memory");
+}
+TL_DEVICE void tl_tma_load_3d(void* dst, const tl_tensor_map* map, int c0, int c1, int c2, void* bar) {
+  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n"
+               :: "r"(tl_smem(dst)), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(tl_smem(bar)) : "memory");
+}
 #endif  // device code
 
 #if !defined(__CUDACC_RTC__)  // host code
+// A tensor map of 16-bit elements (CUtensorMapDataType 6 float16, 9 bfloat16) swizzled by 128
+// bytes, its outside read as zeros; the driver's encoder is found once through the runtime,
+// so that no launcher links the driver. The CUDA error, or 0.
+typedef int (*tl_encode_fn)(tl_tensor_map*, int, unsigned, void*, const unsigned long long*,
+                            const unsigned long long*, const unsigned*, const unsigned*, int, int, int, int);
+static int tl_encode_tensor_map(tl_tensor_map* map, int dtype, unsigned rank, void* ptr,
+                                const unsigned long long* dims, const unsigned long long* strides, const unsigned* box) {
+  static tl_encode_fn encode = nullptr;
+  if (encode == nullptr) {
+    cudaDriverEntryPointQueryResult found;
+    cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void**)&encode, 12000,
+                                                     cudaEnableDefault, &found);
+    if (e != cudaSuccess) return (int)e;
+    if (found != cudaDriverEntryPointSuccess || encode == nullptr) return (int)cudaErrorNotSupported;
+  }
+  const unsigned ones[5] = {1, 1, 1, 1, 1};
+  // interleave none (0), swizzle 128 bytes (3), L2 promotion of 128 bytes (2), zeros outside (0)
+  int r = encode(map, dtype, rank, ptr, dims, strides, box, ones, 0, 3, 2, 0);
+  return r == 0 ? 0 : (int)cudaErrorInvalidValue;  // the driver refused the map's shape
+}
 #define TL_DEVICES 64  // the GPUs a launcher remembers its kernel's shared-memory opt-in for
 // The host side of a status: a zeroed one in device memory, and reading it back after the
 // launches on a stream (zeroing it again when a check failed). Both return the CUDA error.

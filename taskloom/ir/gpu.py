@@ -316,11 +316,105 @@ class FenceProxyAsync(S.Stmt):
     landed ``cp.async``) become visible to the async proxy that wgmma reads through."""
 
 
+@dataclass(frozen=True)
+class TensorMap:
+    """A TMA descriptor (``CUtensorMap``) the launcher encodes for kernel parameter ``tensor``
+    (a global tensor of 16-bit elements) and passes the kernel by value as ``name``: the
+    tensor seen as ``dims`` (innermost first, in elements; the element ``(c0, c1, ..)`` at byte
+    ``2 (c0 + c1 strides[0] / 2 + ..)``, ``strides`` in bytes, multiples of 16), copied in boxes
+    of ``box`` (innermost first; the innermost 128 bytes at most) into shared memory with the
+    128-byte swizzle. A box reaching past ``dims`` is filled with zeros there."""
+
+    name: str
+    tensor: str
+    dims: tuple[int, ...]
+    strides: tuple[int, ...]
+    box: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if not 1 <= len(self.dims) <= 5 or len(self.strides) != len(self.dims) - 1 or len(self.box) != len(self.dims):
+            raise IRError(f"tensor map '{self.name}': 1 to 5 dims, a stride for each but the first, a box extent each")
+        if any(s % 16 or s <= 0 for s in self.strides):
+            raise IRError(f"tensor map '{self.name}': TMA needs strides that are positive multiples of 16 bytes, "
+                          f"got {self.strides}")
+        if self.box[0] * 2 > 128 or any(not 1 <= b <= 256 for b in self.box):
+            raise IRError(f"tensor map '{self.name}': a box is 1-256 elements a side, its innermost 128 bytes "
+                          f"at most with the 128-byte swizzle; got {self.box}")
+
+
+def tensor_maps(fn: S.Function) -> tuple[TensorMap, ...]:
+    """The TMA descriptors a CUDA kernel takes after its parameters: its ``tensor_maps``
+    attribute, a tuple of ``(name, tensor, dims, strides, box)`` tuples (literals, so that
+    kernel script writes them in ``@kernel(...)`` and saved kernels keep them)."""
+    return tuple(t if isinstance(t, TensorMap) else TensorMap(*t) for t in fn.attr("tensor_maps", ()))
+
+
+def with_tensor_maps(fn: S.Function, maps: Sequence[TensorMap]) -> S.Function:
+    """``fn`` taking TMA descriptors ``maps`` after its parameters."""
+    attrs = tuple((k, v) for k, v in fn.attrs if k != "tensor_maps")
+    if maps:
+        attrs += (("tensor_maps", tuple(dataclasses.astuple(m) for m in maps)),)
+    return S.Function(fn.name, fn.params, fn.body, fn.kind, attrs)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class MbarrierInit(S.Stmt):
+    """``mbarrier.init``: the shared barrier ``bar`` (one int64 element) expects ``count``
+    arrivals a phase. Initialized by one thread, then made visible by :class:`FenceMbarrierInit`
+    and a barrier."""
+
+    bar: E.TensorElement
+    count: int = 1
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class FenceMbarrierInit(S.Stmt):
+    """``fence.mbarrier_init``: this thread's barrier initializations become visible to the
+    other threads and to TMA."""
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class MbarrierExpectTx(S.Stmt):
+    """``mbarrier.arrive.expect_tx``: the thread arrives on ``bar`` and says ``nbytes`` more
+    will land on it (by :class:`TmaLoad`) before its phase completes."""
+
+    bar: E.TensorElement
+    nbytes: int
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class MbarrierWait(S.Stmt):
+    """Waits until the phase of ``bar`` of parity ``phase`` (0 or 1) has completed
+    (``mbarrier.try_wait.parity`` until it answers yes)."""
+
+    bar: E.TensorElement
+    phase: E.Expr
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "phase", E.as_expr(self.phase, int32))
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class TmaLoad(S.Stmt):
+    """``cp.async.bulk.tensor``: one box of tensor map ``tmap`` at ``coords`` (innermost
+    first, in elements; may reach past the tensor, whose outside is zeros) into shared
+    memory at ``dst`` (1024-byte aligned), swizzled by 128 bytes; its bytes land on ``bar``."""
+
+    dst: E.TensorElement
+    tmap: str
+    coords: tuple[E.Expr, ...]
+    bar: E.TensorElement
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "coords", tuple(E.as_expr(c, int32) for c in self.coords))
+        _element("tma_load's destination", self.dst, (float16, bfloat16))
+
+
 def written_tensors(body: S.Stmt) -> set[E.Expr]:
     """The tensors a body writes: by stores, and through the GPU statements' destinations."""
     from taskloom.ir.functor import collect
     found = {s.tensor for s in collect(body, (S.BufferStore, S.VectorStore))}  # type: ignore[attr-defined]
-    for s in collect(body, (AtomicAdd, CpAsync, VectorCopy, Ldmatrix, MmaSync, Wgmma)):
+    for s in collect(body, (AtomicAdd, CpAsync, VectorCopy, Ldmatrix, MmaSync, Wgmma, TmaLoad)):
         ref = s.ref if isinstance(s, AtomicAdd) else s.d if isinstance(s, (MmaSync, Wgmma)) else s.dst  # type: ignore[attr-defined]
         found.add(ref.tensor)
     return found
@@ -356,7 +450,8 @@ STATEMENTS: dict[str, Any] = {
     "atomic_add": AtomicAdd, "copy_vector": VectorCopy, "cp_async": CpAsync, "cp_async_commit": CpAsyncCommit,
     "cp_async_wait": CpAsyncWait, "ldmatrix": Ldmatrix, "mma_sync": MmaSync, "wgmma": Wgmma,
     "wgmma_fence": WgmmaFence, "wgmma_commit": WgmmaCommit, "wgmma_wait": WgmmaWait,
-    "fence_proxy_async": FenceProxyAsync,
+    "fence_proxy_async": FenceProxyAsync, "mbarrier_init": MbarrierInit, "fence_mbarrier_init": FenceMbarrierInit,
+    "mbarrier_expect_tx": MbarrierExpectTx, "mbarrier_wait": MbarrierWait, "tma_load": TmaLoad,
 }
 #: Every GPU call kernel script builds here rather than as a plain primitive call.
 SCRIPT_CALLS: dict[str, Any] = {**STATEMENTS, **{k: functools.partial(shuffle, k) for k in SHUFFLES}}

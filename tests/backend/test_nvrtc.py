@@ -100,3 +100,9 @@ def test_hopper_wgmma_builds_with_nvrtc(with_nvrtc):
     module = taskloom.build(wgmma_kernel(128, "k", "mn"), target=CudaTarget.from_arch("sm_90a"), device="emulator")
     used = module.built.resources["wg"]
     assert used.spill_stores == used.spill_loads == 0 and used.shared_bytes >= 24576
+
+
+def test_tma_descriptors_build_with_nvrtc(with_nvrtc):
+    from tests.runtime.emulator.test_tma import box_kernel
+    module = taskloom.build(box_kernel(0, 0), target=CudaTarget.from_arch("sm_90a"), device="emulator")
+    assert "tl_encode_tensor_map(&x_map" in open(module.source_path).read()

@@ -24,8 +24,10 @@ from taskloom.target import CudaTarget
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 rng = np.random.default_rng(0)
 SM90A = CudaTarget.from_arch("sm_90a")
-#: small configs the emulator runs quickly: one and two warpgroups, 3 and 4 stages
-SMALL = (WgmmaConfig(64, 64, 3, 1), WgmmaConfig(128, 64, 4, 2), WgmmaConfig(64, 128, 3, 1))
+#: small configs the emulator runs quickly: one and two warpgroups, 3 and 4 stages, loads by
+#: cp.async and by TMA
+SMALL = (WgmmaConfig(64, 64, 3, 1, tma=False), WgmmaConfig(128, 64, 4, 2), WgmmaConfig(64, 128, 3, 1, tma=False),
+         WgmmaConfig(64, 128, 4, 1))
 
 
 def half(*shape):
@@ -66,31 +68,36 @@ def test_matmul_bias_relu_on_odd_shapes(M, K, N, config):
     np.testing.assert_allclose(f32(out), np.maximum(f32(a) @ f32(w) + f32(b), 0), rtol=2e-3, atol=2e-2)
     assert report.instructions["wgmma"] == wgmma_count(1, M, N, K, config)
     assert report.counters.bank_conflicts == 0
-    assert "A into [m][k] by cp.async" in fn.attr("doc") and "B into [k][n] by cp.async" in fn.attr("doc")
+    how = "TMA" if config.tma else "cp.async"
+    assert f"A into [m][k] by {how}" in fn.attr("doc") and f"B into [k][n] by {how}" in fn.attr("doc")
+    assert report.instructions["tma"] == (wgmma_count(1, M, N, K, config) // (config.block_m // 64 * 16) *
+                                          (1 + config.block_n // 64) if config.tma else 0)
 
 
-def test_linear_reads_its_weight_k_major():
+@pytest.mark.parametrize("config", [SMALL[0], SMALL[1]], ids=["cp.async", "TMA"])
+def test_linear_reads_its_weight_k_major(config):
     torch = pytest.importorskip("torch")
     x, w, bias = (torch.randn(*s, dtype=torch.bfloat16) for s in ((2, 50, 64), (96, 64), (96,)))
     xi, wi, bi = (input(tuple(t.shape), "bfloat16", name=n) for t, n in ((x, "x"), (w, "w"), (bias, "bias")))
     graph = Graph([xi, wi, bi], [ops.linear(xi, wi, bi)])
     [group] = fuse_graph(graph)
     con = match_contraction(group.task, (float32, float16, bfloat16))
-    fn = wgmma_kernel(con, SMALL[0], "mm")
+    fn = wgmma_kernel(con, config, "mm")
     out = torch.zeros((2, 50, 96), dtype=torch.bfloat16)
     report = taskloom.build(fn, target=SM90A, device="emulator")["mm"](x, w, bias, out)
-    assert "B into [n][k] by cp.async" in fn.attr("doc")
+    assert f"B into [n][k] by {'TMA' if config.tma else 'cp.async'}" in fn.attr("doc")
     want = x.float() @ w.float().T + bias.float()
     torch.testing.assert_close(out.float(), want.bfloat16().float(), rtol=1e-2, atol=5e-2)
     assert report.counters.bank_conflicts == 0
 
 
-def test_a_transposed_factor_is_m_major():
+@pytest.mark.parametrize("config", [SMALL[0], SMALL[3]], ids=["cp.async", "TMA"])
+def test_a_transposed_factor_is_m_major(config):
     a, w = half(72, 40), half(72, 64)  # C = a^T w: A is read along m
     ai = input(a.shape, "float16", name="a")
     out, report, fn = run(Graph([ai], [ops.matmul(ops.transpose(ai, 0, 1), taskloom.asarray(w))]), {"a": a},
-                          SMALL[0])
-    assert "A into [k][m] by cp.async" in fn.attr("doc")
+                          config)
+    assert f"A into [k][m] by {'TMA' if config.tma else 'cp.async'}" in fn.attr("doc")
     np.testing.assert_allclose(f32(out), f32(a).T @ f32(w), rtol=2e-3, atol=2e-2)
 
 
@@ -115,7 +122,7 @@ def test_compiling_for_sm_90a_takes_wgmma_for_a_large_product(monkeypatch):
     small = dataclasses.replace(SM90A, num_sms=4)  # an H100 of 4 SMs: this product fills it
     compiled = taskloom.compile(graph, target=small, device="emulator")
     [kernel] = compiled.meta["kernels"]
-    assert "(wgmma)" in kernel["schedule"]
+    assert "(wgmma, TMA)" in kernel["schedule"]
     np.testing.assert_allclose(f32(compiled(a)), f32(a) @ f32(w), rtol=2e-3, atol=5e-2)
     monkeypatch.setenv("TASKLOOM_WGMMA", "0")  # kept on mma.sync
     assert "wgmma" not in taskloom.compile(graph, target=small, device="emulator").meta["kernels"][0]["schedule"]

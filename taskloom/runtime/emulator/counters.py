@@ -19,7 +19,7 @@ from typing import Callable
 import numpy as np
 
 INSTRUCTION_CLASSES = ("arith", "global_load", "global_store", "shared_load", "shared_store", "atomic",
-                       "barrier", "shuffle", "mma", "ldmatrix", "cp_async", "wgmma", "fence")
+                       "barrier", "shuffle", "mma", "ldmatrix", "cp_async", "wgmma", "fence", "tma", "mbarrier")
 SECTOR = 32
 BANKS = 32
 _BANK_SHIFT = 40  # a (bank, word) pair as one sortable int64

@@ -18,7 +18,7 @@ from taskloom.ir import expr as E
 from taskloom.ir import gpu
 from taskloom.ir import stmt as S
 from taskloom.ir.dtypes import DataType, TensorType, VectorType
-from taskloom.runtime.emulator import checks, cp_async, memory, mma, values, wgmma
+from taskloom.runtime.emulator import checks, cp_async, memory, mma, tma, values, wgmma
 from taskloom.runtime.emulator.exprs import ExprCompiler, instruction_class, lookup
 from taskloom.runtime.emulator.machine import Machine, Mask
 
@@ -39,6 +39,9 @@ def scoped(body: Run) -> Run:
 
 
 class StmtCompiler(ExprCompiler):
+    #: the kernel's TMA descriptors by name (set by Program)
+    tensor_maps: dict[str, gpu.TensorMap] = {}
+
     def stmt(self, s: S.Stmt) -> Run:
         method = getattr(self, "s_" + type(s).__name__, None)
         if method is None:
@@ -304,13 +307,54 @@ class StmtCompiler(ExprCompiler):
     def s_FenceProxyAsync(self, s: gpu.FenceProxyAsync) -> Run:
         return lambda st, m: st.count("fence", m)
 
+    def s_FenceMbarrierInit(self, s: gpu.FenceMbarrierInit) -> Run:
+        return lambda st, m: st.count("fence", m)
+
+    def _on_barrier(self, bar: E.TensorElement, what: str, act: Callable) -> Run:
+        """A statement on an mbarrier: ``act(st, buffer, index, mask)``."""
+        name, fi = self.ref(bar, f"{what}'s barrier")
+
+        def f(st: Machine, m: Mask) -> None:
+            st.count("mbarrier", m)
+            act(st, lookup(st, name, self), fi(st, m), m)
+        return f
+
+    def s_MbarrierInit(self, s: gpu.MbarrierInit) -> Run:
+        count = s.count
+        return self._on_barrier(s.bar, "mbarrier_init", lambda st, b, i, m: tma.init(st, b, i, count, m))
+
+    def s_MbarrierExpectTx(self, s: gpu.MbarrierExpectTx) -> Run:
+        nbytes = s.nbytes
+        return self._on_barrier(s.bar, "mbarrier_expect_tx", lambda st, b, i, m: tma.expect_tx(st, b, i, nbytes, m))
+
+    def s_MbarrierWait(self, s: gpu.MbarrierWait) -> Run:
+        phase = self.expr(s.phase)
+        return self._on_barrier(s.bar, "mbarrier_wait", lambda st, b, i, m: tma.wait(st, b, i, phase(st, m), m))
+
+    def s_TmaLoad(self, s: gpu.TmaLoad) -> Run:
+        if s.tmap not in self.tensor_maps:
+            raise self.error(f"tma_load names tensor map '{s.tmap}', which the kernel does not declare")
+        tmap = self.tensor_maps[s.tmap]
+        dst, fd = self.ref(s.dst, "tma_load's destination")
+        bar, fb = self.ref(s.bar, "tma_load's barrier")
+        coords = [self.expr(c) for c in s.coords]
+
+        def f(st: Machine, m: Mask) -> None:
+            if not m.any:
+                return
+            tma.load(st, lookup(st, dst, self), fd(st, m), lookup(st, tmap.tensor, self), tmap,
+                     [c(st, m) for c in coords], lookup(st, bar, self), fb(st, m), m)
+        return f
+
 
 class Program:
     """A ``cuda_kernel`` compiled for the emulator: :meth:`run` executes it on a Machine."""
 
     def __init__(self, fn: S.Function):
         self.fn = fn
-        self.body = StmtCompiler(fn.name).stmt(fn.body)
+        compiler = StmtCompiler(fn.name)
+        compiler.tensor_maps = {t.name: t for t in gpu.tensor_maps(fn)}
+        self.body = compiler.stmt(fn.body)
 
     def run(self, st: Machine) -> None:
         self.body(st, st.top)

@@ -85,6 +85,7 @@ class Machine:
         self.frames: list[list[tuple[str, Any]]] = []
         self.async_copies: Any = None
         self.wgmmas: Any = None  # wgmma groups in flight (emulator.wgmma)
+        self.mbarriers: Any = None  # the blocks' mbarriers (emulator.tma)
         self._lanes: dict[int, np.ndarray] = {}
 
     # ---- variables, with C's block scoping

@@ -306,6 +306,10 @@ class _Kernel:
         self.a_frag, self.b_frag = reg("a_frag", dtype, mt, a_elements), reg("b_frag", dtype, nt, b_elements)
         self.acc = reg("acc", float32, mt, nt, 4)
 
+    def describe(self, f: _Factor) -> str:
+        """How the kernel loads ``f``, for its doc."""
+        return _describe(f)
+
     def _lane_reads(self, f: _Factor) -> bool:
         """Whether the lanes read ``f``'s fragments element by element: tf32 laid [k][x]."""
         return self.dtype == float32 and not f.k_inner
@@ -561,7 +565,7 @@ def template_function(con: Contraction, cls: type, config: Any, dtype: DataType,
     def read(expr: E.Expr, bindings: dict[E.Var, E.Expr]) -> E.Expr:
         return inline.visit(substitute(expr, bindings))
     kernel = cls(con, config, dtype, read, tensors[con.output], names)
-    copies = "; ".join(_describe(f) for f in (kernel.A, kernel.B))
+    copies = "; ".join(kernel.describe(f) for f in (kernel.A, kernel.B))
     doc = f"{con.task.name}: the CUDA matmul template (tensor cores, {multiply(kernel)}), {config}; {copies}"
     return S.Function(name, tuple(params), kernel.body(), attrs=(("doc", doc), ("template", template),
                                                                   ("config", str(config))))

@@ -1,5 +1,5 @@
 """The Hopper matmul template (``sm_90a``): warpgroup MMA (``wgmma.mma_async``) reading both
-factors straight from 128-byte-swizzled shared memory, filled by a ``cp.async`` pipeline.
+factors straight from 128-byte-swizzled shared memory, filled by TMA or by ``cp.async``.
 
 It serves what :mod:`~taskloom.schedule.cuda.matmul_mma` serves in 16-bit floats (float16 or
 bfloat16 factors, any prologue and epilogue, predicated edges, batches), and shares its
@@ -19,12 +19,21 @@ warpgroups ..``, in wgmmas of 64 rows by ``block_n`` (m64n{block_n}k16, four a s
    Either way the 16-byte chunk ``c`` of row ``r`` lies at chunk ``c ^ (r % 8)`` (the
    swizzle wgmma expects of the shared address; the tiles start on 1024 bytes), so the
    copies of a warp and the tensor cores' reads spread over all banks.
-2. **pipeline**: ``stages - 2`` steps are requested ahead. Each step waits for its slot,
-   fences the copies for the async proxy, passes one barrier (which also says every
-   warpgroup has finished the step two back), requests a step into that slot, and issues
-   its wgmmas without waiting for them: they run while the next step's barrier and
-   copies go on, and are waited for (``wgmma.wait_group 1``) one step later.
-3. **store**: as the ``mma.sync`` template's, each 16-row strip of a warp's accumulators
+2. **copies**: with ``tma`` (the config's choice), a factor that is one tensor parameter
+   read whole (rows 16-byte aligned) is copied by TMA: the launcher encodes its tensor map
+   each launch, and thread 0 issues one box a K-major tile, one an
+   atom of an M/N-major one, whose bytes land on the slot's mbarrier; TMA writes the
+   128-byte swizzle itself and fills what lies past the tensor with zeros, so the edges
+   need no predicate. Any other factor (a convolution's window, a prologue) is copied by
+   the threads' ``cp.async`` as in the ``mma.sync`` template, or computed.
+3. **pipeline**: ``stages - 2`` steps are requested ahead. Each step waits for its slot
+   (its ``cp.async`` groups, fenced for the async proxy that wgmma reads through; its
+   mbarrier's phase), passes one barrier (which also says every warpgroup has finished
+   the step two back), requests a step into that slot, and issues its wgmmas without
+   waiting for them: they run while the next step's barrier and copies go on, and are
+   waited for (``wgmma.wait_group 1``) one step later. Every warpgroup takes both roles;
+   a producer warp of its own (warp specialization) is not built yet.
+4. **store**: as the ``mma.sync`` template's, each 16-row strip of a warp's accumulators
    laid out as m16n8 fragments (the wgmma accumulator layout is that, stacked).
 """
 from __future__ import annotations
@@ -36,9 +45,13 @@ from typing import Any, Callable, Mapping
 from taskloom.ir import expr as E
 from taskloom.ir import gpu
 from taskloom.ir import stmt as S
-from taskloom.ir.dtypes import DataType, TensorType, float32, index_type
+from taskloom.ir.arith import simplify_expr
+from taskloom.ir.dtypes import DataType, TensorType, float32, index_type, int64
+from taskloom.ir.functor import substitute
+from taskloom.ir.index import row_major_offset
 from taskloom.schedule.contraction import Contraction
-from taskloom.schedule.cuda.matmul_mma import _factor, _Kernel, _Tile, half_type, template_function
+from taskloom.schedule.cuda.matmul_mma import (ALIGNMENT_CHECKS, _factor, _Kernel, _Tile, half_type,
+                                               template_function)
 from taskloom.transforms.names import NameGen
 
 BLOCK_K = 64  # one 128-byte row of 16-bit elements: the swizzle's width
@@ -55,6 +68,7 @@ class WgmmaConfig:
     block_n: int = 128
     stages: int = 4
     warpgroups: int = 2
+    tma: bool = True  # factors read whole from a tensor are copied by TMA, the rest by cp.async
 
     block_k = BLOCK_K
     kind = "wgmma"
@@ -65,7 +79,7 @@ class WgmmaConfig:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "WgmmaConfig":
-        return cls(d["block_m"], d["block_n"], d["stages"], d["warpgroups"])
+        return cls(d["block_m"], d["block_n"], d["stages"], d["warpgroups"], d.get("tma", False))
 
     @property
     def threads(self) -> int:
@@ -88,7 +102,9 @@ class WgmmaConfig:
         return self.rows // 64 * self.block_n // 2
 
     def shared_bytes(self, element_bytes: int = 2) -> int:
-        return self.stages * (self.block_m + self.block_n) * self.block_k * element_bytes + SWIZZLE_ALIGN
+        """The tiles, the alignment's slack, and with TMA a 1024-byte place for the mbarriers."""
+        tiles = self.stages * (self.block_m + self.block_n) * self.block_k * element_bytes
+        return tiles + SWIZZLE_ALIGN * (2 if self.tma else 1)
 
     def kernel(self, con: Contraction, name: str, dtype: DataType | None = None) -> S.Function:
         """The template's kernel of ``con`` with this config (:func:`wgmma_kernel`)."""
@@ -101,7 +117,8 @@ class WgmmaConfig:
 
     def __str__(self) -> str:
         return (f"{self.block_m}x{self.block_n}x{self.block_k}, {self.stages} stages, "
-                f"{self.warpgroups} warpgroup{'s' * (self.warpgroups > 1)} of {self.rows}x{self.block_n} (wgmma)")
+                f"{self.warpgroups} warpgroup{'s' * (self.warpgroups > 1)} of {self.rows}x{self.block_n} "
+                f"(wgmma{', TMA' if self.tma else ''})")
 
 
 class _GmmaTile(_Tile):
@@ -144,6 +161,84 @@ class _WgmmaKernel(_Kernel):
         self.tiles = {f.name: self._tile(f) for f in (self.A, self.B)}
         mt, nt = config.mma_tiles
         self.acc = E.Var(names.fresh("acc"), TensorType(float32, tuple(E.as_expr(s) for s in (mt, nt, 4))))
+        self.maps = {f.name: self._tensor_map(f) for f in (self.A, self.B)}
+        # one mbarrier a slot: its TMA copies' bytes land on it
+        self.bars = E.Var(names.fresh("full"), TensorType(int64, (E.as_expr(config.stages),)))
+
+    # -- TMA -----------------------------------------------------------------------------
+
+    def _tensor_map(self, f: Any) -> gpu.TensorMap | None:
+        """The TMA descriptor of ``f`` where the config asks for TMA and ``f`` is one tensor
+        parameter read whole: rows of its contiguous axis ``row_stride`` elements apart from
+        the tensor's start, batches ``batch_stride`` apart (16-byte multiples: what cp.async
+        of 16 bytes needed already)."""
+        if not self.c.tma or f.copy != 16:
+            return None
+        r, col = E.Var("r", index_type), E.Var("col", index_type)
+        element = self._element(f, *((r, col) if f.k_inner else (col, r)))
+        if not isinstance(element.tensor, E.Var):
+            return None
+        offset = E.as_expr(row_major_offset(element.indices, element.tensor.type.shape))  # type: ignore[union-attr]
+
+        def at(b: int, row: int, c: int) -> int | None:
+            v = simplify_expr(substitute(offset, {self.bz: E.as_expr(b), r: E.as_expr(row), col: E.as_expr(c)}))
+            return int(v.value) if isinstance(v, E.Constant) else None
+        row_stride, batch_stride = at(0, 1, 0), at(1, 0, 0) if self.con.batch > 1 else 0
+        if at(0, 0, 0) != 0 or row_stride is None or batch_stride is None or \
+                any(at(b, 0, 0) != b * batch_stride for b in range(min(self.con.batch, ALIGNMENT_CHECKS))):
+            return None
+        cols, rows = (self.con.K, f.extent) if f.k_inner else (f.extent, self.con.K)
+        if rows == 1:  # one row: its stride is never taken, but the map needs one
+            row_stride = -(-cols // 8) * 8
+        strides = (row_stride * 2,) + ((batch_stride * 2,) if self.con.batch > 1 else ())
+        dims = (cols, rows) + ((self.con.batch,) if self.con.batch > 1 else ())
+        box = (ATOM, f.block if f.k_inner else BLOCK_K) + ((1,) if self.con.batch > 1 else ())
+        if any(x % 16 or x <= 0 for x in strides):
+            return None
+        return gpu.TensorMap(f"{f.name.lower()}_map", element.tensor.name, dims, strides, box)
+
+    def describe(self, f: Any) -> str:
+        return super().describe(f).replace("by cp.async", "by TMA") if self.maps[f.name] else super().describe(f)
+
+    def _tma(self, slot: E.Expr, step: E.Expr) -> S.Stmt:
+        """Thread 0's TMA copies of step ``step`` into ``slot``: the bytes they bring, then a
+        box for a K-major tile, a box an atom of 64 for an M/N-major one."""
+        copies = []
+        nbytes = 0
+        for f in (self.A, self.B):
+            tmap = self.maps[f.name]
+            if tmap is None:
+                continue
+            tile, origin, k0 = self.tiles[f.name], self._origin(f), step * BLOCK_K
+            batch = (self.bz,) if self.con.batch > 1 else ()
+            if f.k_inner:
+                copies.append(gpu.TmaLoad(tile.start(slot, E.as_expr(0), E.as_expr(0)), tmap.name,
+                                          (k0, origin) + batch, E.TensorElement(self.bars, (slot,))))
+            else:
+                copies += [gpu.TmaLoad(tile.start(slot, E.as_expr(0), E.as_expr(j * ATOM)), tmap.name,
+                                       (origin + j * ATOM, k0) + batch, E.TensorElement(self.bars, (slot,)))
+                           for j in range(f.block // ATOM)]
+            nbytes += f.block * BLOCK_K * self.dtype.nbytes
+        return S.If(E.eq(self.tid, 0), S.seq([gpu.MbarrierExpectTx(E.TensorElement(self.bars, (slot,)), nbytes),
+                                              *copies]))
+
+    def _load(self, slot: E.Expr, step: E.Expr) -> S.Stmt:
+        copied = [self._load_factor(f, slot, step) for f in (self.A, self.B) if self.maps[f.name] is None]
+        return S.seq(copied + ([self._tma(slot, step)] if self._uses_tma else []))
+
+    @property
+    def _uses_tma(self) -> bool:
+        return any(m is not None for m in self.maps.values())
+
+    @property
+    def _uses_cp_async(self) -> bool:
+        return any(m is None for m in self.maps.values())
+
+    def _init_barriers(self) -> S.Stmt:
+        if not self._uses_tma:
+            return S.seq([])
+        inits = [gpu.MbarrierInit(E.TensorElement(self.bars, (E.as_expr(s),)), 1) for s in range(self.c.stages)]
+        return S.seq([S.If(E.eq(self.tid, 0), S.seq([*inits, gpu.FenceMbarrierInit()])), S.Barrier()])
 
     def _tile(self, f: Any) -> _GmmaTile:
         rows, cols = (f.block, BLOCK_K) if f.k_inner else (BLOCK_K, f.block)
@@ -159,7 +254,8 @@ class _WgmmaKernel(_Kernel):
             S.Let(self.group, self.tid // 128),
             S.Let(self.bm, gpu.blockIdx.y * c.block_m), S.Let(self.bn, gpu.blockIdx.x * c.block_n),
             S.Let(self.bz, gpu.blockIdx.z), *[S.Declare(t.var, scope="shared") for t in self.tiles.values()],
-            S.Declare(self.acc, scope="register"), self._zero(),
+            *([S.Declare(self.bars, scope="shared")] if self._uses_tma else []),
+            S.Declare(self.acc, scope="register"), self._zero(), self._init_barriers(),
             self._prologue(steps), self._main_loop(steps), gpu.WgmmaWait(self.acc, 0), self._store()])
 
     def _prologue(self, steps: int) -> S.Stmt:
@@ -183,11 +279,16 @@ class _WgmmaKernel(_Kernel):
               if tail else [])])
 
     def _step(self, k0: E.Expr, read: E.Expr, write: E.Expr, steps: int) -> S.Stmt:
-        """Step ``k0``: its slot ``read`` landed and visible to the tensor cores, the slot of
-        step ``k0 - 2`` (``write``) refilled with step ``k0 + stages - 2``, then the wgmmas."""
+        """Step ``k0``: its slot ``read`` landed and visible to the tensor cores (its cp.async
+        copies waited for and fenced, its TMA copies' barrier passed in this use's phase),
+        the slot of step ``k0 - 2`` (``write``) refilled with step ``k0 + stages - 2``, then
+        the wgmmas."""
         ahead = k0 + (self.c.stages - 2)
+        landed = [gpu.CpAsyncWait(self.c.stages - 3), gpu.FenceProxyAsync()] if self._uses_cp_async else []
+        if self._uses_tma:
+            landed.append(gpu.MbarrierWait(E.TensorElement(self.bars, (read,)), k0 // self.c.stages % 2))
         return S.seq([
-            gpu.CpAsyncWait(self.c.stages - 3), gpu.FenceProxyAsync(), S.Barrier(),
+            *landed, S.Barrier(),
             S.If(ahead < steps, self._load(write, ahead)), gpu.CpAsyncCommit(),
             self._multiply(read),
             S.Comment("the wgmmas of the step before are done: its slot is free after the next barrier"),
@@ -220,7 +321,12 @@ def wgmma_kernel(con: Contraction, config: WgmmaConfig, name: str, dtype: DataTy
     dtype = dtype or half_type(con)
     if dtype is None:
         raise ValueError(f"{con.task.name}: the wgmma template needs float16 or bfloat16 factors")
-    fn = template_function(con, _WgmmaKernel, config, dtype, name, "matmul_wgmma",
-                           lambda k: f"wgmma m64n{config.block_n}k16")
+    maps: list[gpu.TensorMap] = []
+
+    def multiply(kernel: _WgmmaKernel) -> str:
+        maps.extend(m for m in kernel.maps.values() if m is not None)
+        return f"wgmma m64n{config.block_n}k16"
+    fn = template_function(con, _WgmmaKernel, config, dtype, name, "matmul_wgmma", multiply)
+    fn = gpu.with_tensor_maps(fn, maps)
     grid = (-(-con.N // config.block_n), -(-con.M // config.block_m), con.batch)
     return gpu.cuda_kernel(fn, grid, (config.threads,), config.shared_bytes(dtype.nbytes))

@@ -12,7 +12,8 @@ pipelines to three or four stages (the others spill a few registers in ptxas).
 On ``sm_90a`` the space also holds the Hopper template's configs
 (:class:`~taskloom.schedule.cuda.matmul_wgmma.WgmmaConfig`, 16-bit factors): tiles of 64-256
 on a side in steps of 64 along K, one or two warpgroups of at most 128 accumulators a thread,
-three to five stages within the shared memory a block may opt in to.
+three to five stages within the shared memory a block may opt in to, the factors copied by
+``cp.async`` or by TMA.
 
 **The model** prices a config on a contraction (batch, M, N, K) as the busiest SM's time:
 its share of the blocks (``ceil(blocks / SMs)``, so a tile that leaves SMs idle, or a last
@@ -79,8 +80,9 @@ def wgmma_space(shared: int) -> list[WgmmaConfig]:
     """Every config of the Hopper template whose tiles fit ``shared`` bytes (see the module
     docstring)."""
     out = []
-    for bm, bn, groups, stages in itertools.product((64, 128, 256), (64, 128, 256), (1, 2), (3, 4, 5)):
-        c = WgmmaConfig(bm, bn, stages, groups)
+    for bm, bn, groups, stages, tma in itertools.product((64, 128, 256), (64, 128, 256), (1, 2), (3, 4, 5),
+                                                         (False, True)):
+        c = WgmmaConfig(bm, bn, stages, groups, tma)
         if c.valid() and c.accumulators <= MAX_ACCUMULATORS and c.shared_bytes() <= shared:
             out.append(c)
     return out
@@ -127,7 +129,8 @@ def config_from_dict(d: Mapping[str, Any]) -> TensorCoreConfig:
 
 
 def choose(con: Contraction, target: CudaTarget) -> TensorCoreConfig:
-    """The config of least modelled time; ties go to the larger tile, then more stages."""
+    """The config of least modelled time; ties go to the larger tile, then more stages, then
+    TMA (which the model does not price: it spares the threads the copies' instructions)."""
     nbytes = element_bytes(con, target)
-    return min(target_space(target, nbytes),
-               key=lambda c: (cycles(con, c, target, nbytes), -c.block_m * c.block_n, -c.stages))
+    return min(target_space(target, nbytes), key=lambda c: (cycles(con, c, target, nbytes), -c.block_m * c.block_n,
+                                                            -c.stages, -getattr(c, "tma", False)))

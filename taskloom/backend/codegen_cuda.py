@@ -122,6 +122,10 @@ class _CudaKernelCodegen(CFamilyCodegen):
             self.emit(d, "tl_fence_mbarrier_init();")
         elif isinstance(s, gpu.MbarrierExpectTx):
             self.emit(d, f"tl_mbarrier_expect_tx(&{self.expr(s.bar)}, {s.nbytes});")
+        elif isinstance(s, gpu.MbarrierArrive):
+            self.emit(d, f"tl_mbarrier_arrive(&{self.expr(s.bar)});")
+        elif isinstance(s, gpu.WarpSpecialized):
+            self.warp_specialized(s, d)
         elif isinstance(s, gpu.MbarrierWait):
             self.emit(d, f"tl_mbarrier_wait(&{self.expr(s.bar)}, {self.expr(s.phase)});")
         elif isinstance(s, gpu.TmaLoad):
@@ -134,6 +138,28 @@ class _CudaKernelCodegen(CFamilyCodegen):
             self.emit(d, 'asm volatile("fence.proxy.async.shared::cta;\\n" ::: "memory");')
         else:
             super().stmt(s, d)
+
+    def warp_specialized(self, s: gpu.WarpSpecialized, d: int) -> None:
+        """The two roles as two branches, each its warpgroups' register budget, then its loop."""
+        var = f"{self.ctype(s.var.type)} {c_name(s.var.name)}"
+        loop = f"for ({var} = 0; {c_name(s.var.name)} < {self.expr(s.steps)}; ++{c_name(s.var.name)}) {{"
+        self.emit(d, f"if ({self.expr(s.producer)}) {{  // the producers: copies")
+        self.emit(d + 1, f'asm volatile("setmaxnreg.dec.sync.aligned.u32 {s.producer_registers};\\n");')
+        self.emit(d + 1, f"if ({self.expr(s.leader)}) {{")
+        self.emit(d + 2, loop)
+        self.stmt(s.producer_wait, d + 3)
+        self.block(s.producer_step, d + 3)
+        self.emit(d + 2, "}")
+        self.emit(d + 1, "}")
+        self.emit(d, "} else {  // the consumers: wgmma")
+        self.emit(d + 1, f'asm volatile("setmaxnreg.inc.sync.aligned.u32 {s.consumer_registers};\\n");')
+        self.block(s.consumer_setup, d + 1)
+        self.emit(d + 1, loop)
+        self.stmt(s.consumer_wait, d + 2)
+        self.block(s.consumer_step, d + 2)
+        self.emit(d + 1, "}")
+        self.block(s.consumer_finish, d + 1)
+        self.emit(d, "}")
 
     def _registers(self, acc: E.Var) -> int:
         """The elements of a register buffer of accumulators (a wgmma fence names them all)."""

@@ -164,6 +164,9 @@ TL_DEVICE void tl_fence_mbarrier_init() { asm volatile("fence.mbarrier_init.rele
 TL_DEVICE void tl_mbarrier_expect_tx(void* bar, unsigned bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(tl_smem(bar)), "r"(bytes) : "memory");
 }
+TL_DEVICE void tl_mbarrier_arrive(void* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(tl_smem(bar)) : "memory");
+}
 // until the phase of parity `phase` has completed
 TL_DEVICE void tl_mbarrier_wait(void* bar, unsigned phase) {
   asm volatile("{\n.reg .pred done;\nTL_WAIT:\n"

@@ -410,6 +410,45 @@ class TmaLoad(S.Stmt):
         _element("tma_load's destination", self.dst, (float16, bfloat16))
 
 
+@dataclass(frozen=True, eq=False, repr=False)
+class MbarrierArrive(S.Stmt):
+    """``mbarrier.arrive``: each executing thread arrives on ``bar``."""
+
+    bar: E.TensorElement
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class WarpSpecialized(S.Stmt):
+    """A pipeline of ``steps`` steps (``var`` counts them) whose two roles run at once on
+    different warps: the threads where ``producer`` holds run ``producer_step`` after
+    ``producer_wait``, the others ``consumer_step`` after ``consumer_wait`` (each wait an
+    :class:`MbarrierWait`, of ``var``), with ``consumer_setup`` before their steps and
+    ``consumer_finish`` after (so that what only the consumers hold, their accumulators,
+    lives in their branch alone). Each role's warpgroups first set their register budget
+    (``setmaxnreg``: the producers give registers up, the consumers take them); of the
+    producers only those where ``leader`` holds run the steps. The roles meet only at
+    mbarriers: no barrier() may be inside."""
+
+    var: E.Var
+    steps: E.Expr
+    producer: E.Expr
+    leader: E.Expr
+    producer_wait: MbarrierWait
+    producer_step: S.Stmt
+    consumer_wait: MbarrierWait
+    consumer_step: S.Stmt
+    consumer_setup: S.Stmt
+    consumer_finish: S.Stmt
+    producer_registers: int = 40
+    consumer_registers: int = 232
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "steps", E.as_expr(self.steps, int32))
+        for v in (self.producer_registers, self.consumer_registers):
+            if not (isinstance(v, int) and 24 <= v <= 256 and v % 8 == 0):
+                raise IRError(f"setmaxnreg takes a multiple of 8 from 24 to 256 registers, not {v!r}")
+
+
 def written_tensors(body: S.Stmt) -> set[E.Expr]:
     """The tensors a body writes: by stores, and through the GPU statements' destinations."""
     from taskloom.ir.functor import collect
@@ -452,6 +491,7 @@ STATEMENTS: dict[str, Any] = {
     "wgmma_fence": WgmmaFence, "wgmma_commit": WgmmaCommit, "wgmma_wait": WgmmaWait,
     "fence_proxy_async": FenceProxyAsync, "mbarrier_init": MbarrierInit, "fence_mbarrier_init": FenceMbarrierInit,
     "mbarrier_expect_tx": MbarrierExpectTx, "mbarrier_wait": MbarrierWait, "tma_load": TmaLoad,
+    "mbarrier_arrive": MbarrierArrive,
 }
 #: Every GPU call kernel script builds here rather than as a plain primitive call.
 SCRIPT_CALLS: dict[str, Any] = {**STATEMENTS, **{k: functools.partial(shuffle, k) for k in SHUFFLES}}

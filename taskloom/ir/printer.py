@@ -195,6 +195,17 @@ class _StmtPrinter:
             self.line(d, "barrier()")
         elif isinstance(s, S.Comment):
             self.line(d, repr(s.text))
+        elif isinstance(s, gpu.WarpSpecialized):
+            self.line(d, f"for {s.var.name} in warp_specialized({expr_text(s.steps)}, {expr_text(s.producer)}, "
+                         f"{expr_text(s.leader)}, {s.producer_registers}, {s.consumer_registers}):")
+            for role, wait, step in (("producer", s.producer_wait, s.producer_step),
+                                     ("consumer_setup", None, s.consumer_setup),
+                                     ("consumer", s.consumer_wait, s.consumer_step),
+                                     ("consumer_finish", None, s.consumer_finish)):
+                self.line(d + 1, f"with {role}:")
+                if wait is not None:
+                    self.stmt(wait, d + 2)
+                self.body(step, d + 2)
         elif (text := gpu.statement_text(s, expr_text)) is not None:
             self.line(d, text)
         else:

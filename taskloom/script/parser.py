@@ -42,7 +42,10 @@ class _Builtin:
 _LOOPS = {"range": "serial", "unroll": "unroll", "parallel": "parallel", "vectorize": "vectorize"}
 _BUFFERS = {"global_tensor": "global", "shared_tensor": "shared", "local_tensor": "local",
             "register_tensor": "register"}
-_SPECIAL = ("vload", "vstore", "prefetch", "broadcast", "cast", "select", "min", "max", "barrier", "index_check")
+_SPECIAL = ("vload", "vstore", "prefetch", "broadcast", "cast", "select", "min", "max", "barrier", "index_check",
+            "warp_specialized")
+#: the blocks of a warp_specialized loop, in order
+_ROLE_BLOCKS = ("producer", "consumer_setup", "consumer", "consumer_finish")
 
 BUILTINS: dict[str, Any] = {
     **{n: _Builtin(n) for n in (*_LOOPS, *_BUFFERS, *_SPECIAL, *gpu.STATEMENTS)},
@@ -348,6 +351,8 @@ class _Parser:
             vs = tuple(E.Var(n, T.index_type) for n in ids)
             body = self.loop_body(st.body, dict(zip(ids, vs)))
             return [S.ForMapping(vs, it.mapping, it.worker, body)]
+        if isinstance(it, _Roles):
+            return [self.roles(st, it, ids)]
         if isinstance(it, _Loop):
             if len(ids) != 1:
                 raise _Fail(f"{it.word}() binds one loop variable")
@@ -371,6 +376,29 @@ class _Parser:
             return out
         raise _Fail(f"cannot loop over {it!r}; use range(), unroll(), parallel(), vectorize() "
                     "or mapping.on(worker)")
+
+    def roles(self, st: ast.For, it: "_Roles", ids: list[str]) -> S.Stmt:
+        """``for k in warp_specialized(steps, producer, leader[, registers...]):`` whose body
+        is ``with producer:``, ``with consumer_setup:``, ``with consumer:`` and ``with
+        consumer_finish:``; each role's step starts with its mbarrier_wait."""
+        words = [w.items[0].context_expr.id if isinstance(w, ast.With) and len(w.items) == 1
+                 and isinstance(w.items[0].context_expr, ast.Name) else None for w in st.body]
+        if len(ids) != 1 or words != list(_ROLE_BLOCKS):
+            raise _Fail("a warp_specialized loop binds one name; its body is " +
+                        ", ".join(f"`with {w}:`" for w in _ROLE_BLOCKS))
+        k = E.Var(ids[0], T.index_type)
+        parts: dict[str, Any] = {}
+        for word, role in zip(words, st.body):
+            if word in ("consumer_setup", "consumer_finish"):  # outside the steps: k is not bound
+                parts[word] = self.block(role.body)  # type: ignore[attr-defined]
+                continue
+            body = self.loop_body(role.body, {ids[0]: k})  # type: ignore[attr-defined]
+            stmts = list(body.stmts) if isinstance(body, S.SeqStmt) else [body]
+            if not stmts or not isinstance(stmts[0], gpu.MbarrierWait):
+                raise _Fail("each role of a warp_specialized loop starts with its mbarrier_wait")
+            parts[word] = (stmts[0], S.seq(stmts[1:]))
+        return gpu.WarpSpecialized(k, it.steps, it.producer, it.leader, *parts["producer"], *parts["consumer"],
+                                   parts["consumer_setup"], parts["consumer_finish"], *it.registers)
 
     def loop_body(self, body: list[ast.stmt], binds: dict[str, E.Var], prelude: list[S.Stmt] = ()) -> S.Stmt:
         self.scopes.append({n: _Binding(v) for n, v in binds.items()})
@@ -505,6 +533,8 @@ class _Parser:
             return (E.minimum if name == "min" else E.maximum)(*args)
         if name == "barrier":
             return S.Barrier()
+        if name == "warp_specialized":
+            return _Roles(*args, **kwargs)
         if name in gpu.SCRIPT_CALLS:
             return gpu.SCRIPT_CALLS[name](*args, **kwargs)
         if is_primitive(name):
@@ -533,6 +563,13 @@ class _Loop:
             raise _Fail(f"range() step must be a positive int, got {step!r}")
         extent = E.cdiv(stop - start, step) if step != 1 else stop - start
         return _Loop(word, kind, E.as_expr(extent), E.as_expr(start), step)
+
+
+class _Roles:
+    """``warp_specialized(steps, producer, leader, producer_registers, consumer_registers)``."""
+
+    def __init__(self, steps: Any, producer: Any, leader: Any, *registers: int):
+        self.steps, self.producer, self.leader, self.registers = E.as_expr(steps), producer, leader, registers
 
 
 def _py_or_ir(py: Callable, ir: Callable) -> Callable:

@@ -25,9 +25,10 @@ pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is no
 rng = np.random.default_rng(0)
 SM90A = CudaTarget.from_arch("sm_90a")
 #: small configs the emulator runs quickly: one and two warpgroups, 3 and 4 stages, loads by
-#: cp.async and by TMA
+#: cp.async, by TMA, and by TMA from a producer warpgroup
 SMALL = (WgmmaConfig(64, 64, 3, 1, tma=False), WgmmaConfig(128, 64, 4, 2), WgmmaConfig(64, 128, 3, 1, tma=False),
-         WgmmaConfig(64, 128, 4, 1))
+         WgmmaConfig(64, 128, 4, 1), WgmmaConfig(64, 64, 3, 1, specialized=True),
+         WgmmaConfig(128, 64, 4, 2, specialized=True))
 
 
 def half(*shape):
@@ -57,7 +58,7 @@ def wgmma_count(batch: int, M: int, N: int, K: int, c: WgmmaConfig) -> int:
     return blocks * (c.block_m // 64) * 4 * -(-K // c.block_k) * 4
 
 
-@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from([1, 37, 131]), st.sampled_from([64, 72, 200]), st.sampled_from([8, 72, 136]),
        st.sampled_from(SMALL))
 def test_matmul_bias_relu_on_odd_shapes(M, K, N, config):
@@ -122,7 +123,7 @@ def test_compiling_for_sm_90a_takes_wgmma_for_a_large_product(monkeypatch):
     small = dataclasses.replace(SM90A, num_sms=4)  # an H100 of 4 SMs: this product fills it
     compiled = taskloom.compile(graph, target=small, device="emulator")
     [kernel] = compiled.meta["kernels"]
-    assert "(wgmma, TMA)" in kernel["schedule"]
+    assert "(wgmma, TMA from a producer warpgroup)" in kernel["schedule"]
     np.testing.assert_allclose(f32(compiled(a)), f32(a) @ f32(w), rtol=2e-3, atol=5e-2)
     monkeypatch.setenv("TASKLOOM_WGMMA", "0")  # kept on mma.sync
     assert "wgmma" not in taskloom.compile(graph, target=small, device="emulator").meta["kernels"][0]["schedule"]
@@ -139,3 +140,24 @@ def test_every_config_builds_without_spills():
     for i, c in enumerate(configs):
         used = module.built.resources[f"k{i}"]
         assert used.spill_stores == used.spill_loads == 0, c
+
+
+def test_a_producer_warpgroup_prints_and_parses_back():
+    from taskloom.ir.printer import function_text
+    from taskloom.script import parse_source
+    from taskloom.transforms import lower
+    a, w = half(40, 72), half(72, 64)
+    ai = input(a.shape, "float16", name="a")
+    [group] = fuse_graph(Graph([ai], [ops.matmul(ai, taskloom.asarray(w))]))
+    con = match_contraction(group.task, (float32, float16, bfloat16))
+    fn = lower(wgmma_kernel(con, SMALL[4], "mm"))
+    text = function_text(fn)
+    assert "in warp_specialized(" in text and "with producer:" in text and "with consumer:" in text
+    again = parse_source(text)
+    outs = []
+    for kernel in (fn, again):
+        out = np.zeros(40 * 64, np.float16)  # the lowered kernel's tensors are flat
+        taskloom.build(kernel, target=SM90A, device="emulator")["mm"](a.ravel(), w.ravel(), out)
+        outs.append(out.reshape(40, 64))
+    np.testing.assert_array_equal(outs[0], outs[1])
+    np.testing.assert_allclose(f32(outs[0]), f32(a) @ f32(w), rtol=2e-3, atol=2e-2)

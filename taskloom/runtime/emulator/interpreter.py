@@ -331,6 +331,49 @@ class StmtCompiler(ExprCompiler):
         phase = self.expr(s.phase)
         return self._on_barrier(s.bar, "mbarrier_wait", lambda st, b, i, m: tma.wait(st, b, i, phase(st, m), m))
 
+    def s_MbarrierArrive(self, s: gpu.MbarrierArrive) -> Run:
+        return self._on_barrier(s.bar, "mbarrier_arrive", tma.arrive)
+
+    def s_WarpSpecialized(self, s: gpu.WarpSpecialized) -> Run:
+        """The two roles' steps interleaved as the mbarriers allow: the producers run ahead
+        as far as their waits let them (so that a copy that would overwrite what a wgmma
+        still reads is caught), then the consumers take a step; a state where neither role
+        can go on is the device's hang, an error."""
+        name, dtype = s.var.name, s.var.type.numpy  # type: ignore[union-attr]
+        fsteps, fproducer, fleader = self.expr(s.steps), self.expr(s.producer), self.expr(s.leader)
+        setup, finish = scoped(self.stmt(s.consumer_setup)), scoped(self.stmt(s.consumer_finish))
+        roles = []
+        for w, step in ((s.producer_wait, s.producer_step), (s.consumer_wait, s.consumer_step)):
+            bar, fi = self.ref(w.bar, "a role's mbarrier_wait")
+            roles.append((bar, fi, self.expr(w.phase), scoped(self.stmt(step))))
+
+        def f(st: Machine, m: Mask) -> None:
+            steps = int(fsteps(st, m)[0])
+            producers = m & st.full(fproducer(st, m)).astype(bool)
+            masks = (producers & st.full(fleader(st, m)).astype(bool), m & ~producers.m)
+            done = [0 if mk.any else steps for mk in masks]
+            if masks[1].any:
+                setup(st, masks[1])
+            st.enter()
+            st.bind(name, None)
+            while min(done) < steps:
+                for r, ((bar, fi, fphase, body), mk) in enumerate(zip(roles, masks)):
+                    st.env[name] = np.array([done[r]], dtype=dtype)
+                    if done[r] < steps and tma.ready(st, lookup(st, bar, self), fi(st, mk), fphase(st, mk), mk):
+                        st.count("mbarrier", mk)
+                        body(st, mk)
+                        done[r] += 1
+                        break
+                else:
+                    raise checks.EmulatorError(
+                        f"kernel '{st.kernel}': the producers (step {done[0]}) and the consumers (step {done[1]}) "
+                        f"of {steps} steps each wait on an mbarrier that only the other could complete after "
+                        "its wait: the device would hang")
+            st.leave()
+            if masks[1].any:
+                finish(st, masks[1])
+        return f
+
     def s_TmaLoad(self, s: gpu.TmaLoad) -> Run:
         if s.tmap not in self.tensor_maps:
             raise self.error(f"tma_load names tensor map '{s.tmap}', which the kernel does not declare")

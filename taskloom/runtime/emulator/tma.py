@@ -91,6 +91,35 @@ def expect_tx(st: Machine, buf: memory.Buffer, idx: np.ndarray, nbytes: int, mas
         b.complete()
 
 
+def arrive(st: Machine, buf: memory.Buffer, idx: np.ndarray, mask: Mask) -> None:
+    """``mbarrier.arrive`` by each active lane."""
+    for lane, key in _keys(st, buf, idx, mask, "mbarrier_arrive"):
+        b = _barrier(st, key, lane, "arrives on")
+        b.pending -= 1
+        b.complete()
+
+
+def ready(st: Machine, buf: memory.Buffer, idx: np.ndarray, phase: np.ndarray, mask: Mask) -> bool:
+    """Whether every active lane's wait on the phase of parity ``phase`` would return now,
+    the copies in flight on its barrier landed first (they may land at any time)."""
+    parity = st.full(phase)
+    for lane, key in _keys(st, buf, idx, mask, "mbarrier_wait"):
+        b = _barrier(st, key, lane, "waits on")
+        if b.phase == int(parity[lane]) & 1:
+            _land_all(st, b)
+            if b.phase == int(parity[lane]) & 1:
+                return False
+    return True
+
+
+def _land_all(st: Machine, b: Barrier) -> None:
+    for c in b.copies:
+        _land(st, c)
+        b.tx -= c.data.size * c.dst.dtype.nbytes
+    b.copies = []
+    b.complete()
+
+
 def wait(st: Machine, buf: memory.Buffer, idx: np.ndarray, phase: np.ndarray, mask: Mask) -> None:
     """Each active lane waits for the phase of parity ``phase`` of its barrier: the copies
     in flight on it land; a phase that still cannot complete is an error."""
@@ -99,11 +128,7 @@ def wait(st: Machine, buf: memory.Buffer, idx: np.ndarray, phase: np.ndarray, ma
         b = _barrier(st, key, lane, "waits on")
         if b.phase != int(parity[lane]) & 1:
             continue
-        for c in b.copies:
-            _land(st, c)
-            b.tx -= c.data.size * c.dst.dtype.nbytes
-        b.copies = []
-        b.complete()
+        _land_all(st, b)
         if b.phase == int(parity[lane]) & 1:
             raise checks.EmulatorError(
                 f"kernel '{st.kernel}': {st.thread(lane)} waits on mbarrier '{key[0]}' for a phase that cannot "

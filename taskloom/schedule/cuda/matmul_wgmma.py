@@ -31,9 +31,14 @@ warpgroups ..``, in wgmmas of 64 rows by ``block_n`` (m64n{block_n}k16, four a s
    mbarrier's phase), passes one barrier (which also says every warpgroup has finished
    the step two back), requests a step into that slot, and issues its wgmmas without
    waiting for them: they run while the next step's barrier and copies go on, and are
-   waited for (``wgmma.wait_group 1``) one step later. Every warpgroup takes both roles;
-   a producer warp of its own (warp specialization) is not built yet.
-4. **store**: as the ``mma.sync`` template's, each 16-row strip of a warp's accumulators
+   waited for (``wgmma.wait_group 1``) one step later. Every warpgroup takes both roles.
+4. **a producer warpgroup** (``specialized``, both factors by TMA): one more warpgroup
+   gives its registers up (``setmaxnreg``) and its first thread fills the slots as fast
+   as they are freed, each slot's *full* mbarrier taking the bytes; the consumer
+   warpgroups take the registers, wait for a slot to be full, issue its wgmmas, and once
+   the step before's wgmmas are done arrive on that step's *free* mbarrier. No barrier
+   is passed in the loop: the roles meet at the mbarriers only.
+5. **store**: as the ``mma.sync`` template's, each 16-row strip of a warp's accumulators
    laid out as m16n8 fragments (the wgmma accumulator layout is that, stacked).
 """
 from __future__ import annotations
@@ -69,6 +74,7 @@ class WgmmaConfig:
     stages: int = 4
     warpgroups: int = 2
     tma: bool = True  # factors read whole from a tensor are copied by TMA, the rest by cp.async
+    specialized: bool = False  # TMA issued by a producer warpgroup of its own (both factors by TMA)
 
     block_k = BLOCK_K
     kind = "wgmma"
@@ -79,11 +85,13 @@ class WgmmaConfig:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "WgmmaConfig":
-        return cls(d["block_m"], d["block_n"], d["stages"], d["warpgroups"], d.get("tma", False))
+        return cls(d["block_m"], d["block_n"], d["stages"], d["warpgroups"], d.get("tma", False),
+                   d.get("specialized", False))
 
     @property
     def threads(self) -> int:
-        return 128 * self.warpgroups
+        """The consumers' warpgroups, and with ``specialized`` the producers' one."""
+        return 128 * (self.warpgroups + self.specialized)
 
     @property
     def rows(self) -> int:
@@ -104,7 +112,7 @@ class WgmmaConfig:
     def shared_bytes(self, element_bytes: int = 2) -> int:
         """The tiles, the alignment's slack, and with TMA a 1024-byte place for the mbarriers."""
         tiles = self.stages * (self.block_m + self.block_n) * self.block_k * element_bytes
-        return tiles + SWIZZLE_ALIGN * (2 if self.tma else 1)
+        return tiles + SWIZZLE_ALIGN * (1 + self.tma + self.specialized)
 
     def kernel(self, con: Contraction, name: str, dtype: DataType | None = None) -> S.Function:
         """The template's kernel of ``con`` with this config (:func:`wgmma_kernel`)."""
@@ -113,12 +121,12 @@ class WgmmaConfig:
     def valid(self) -> bool:
         """Whether the template can build it: whole wgmmas, whole atoms, at least three slots."""
         return (self.rows % 64 == 0 and self.block_n % ATOM == 0 and 64 <= self.block_n <= 256
-                and self.stages >= 3)
+                and self.stages >= 3 and (self.tma or not self.specialized))
 
     def __str__(self) -> str:
         return (f"{self.block_m}x{self.block_n}x{self.block_k}, {self.stages} stages, "
                 f"{self.warpgroups} warpgroup{'s' * (self.warpgroups > 1)} of {self.rows}x{self.block_n} "
-                f"(wgmma{', TMA' if self.tma else ''})")
+                f"(wgmma{', TMA' if self.tma else ''}{' from a producer warpgroup' if self.specialized else ''})")
 
 
 class _GmmaTile(_Tile):
@@ -162,8 +170,10 @@ class _WgmmaKernel(_Kernel):
         mt, nt = config.mma_tiles
         self.acc = E.Var(names.fresh("acc"), TensorType(float32, tuple(E.as_expr(s) for s in (mt, nt, 4))))
         self.maps = {f.name: self._tensor_map(f) for f in (self.A, self.B)}
-        # one mbarrier a slot: its TMA copies' bytes land on it
+        # one mbarrier a slot: its TMA copies' bytes land on it; with a producer, one more a
+        # slot that the consumers arrive on when they are done reading it
         self.bars = E.Var(names.fresh("full"), TensorType(int64, (E.as_expr(config.stages),)))
+        self.free = E.Var(names.fresh("free"), TensorType(int64, (E.as_expr(config.stages),)))
 
     # -- TMA -----------------------------------------------------------------------------
 
@@ -219,12 +229,11 @@ class _WgmmaKernel(_Kernel):
                                        (origin + j * ATOM, k0) + batch, E.TensorElement(self.bars, (slot,)))
                            for j in range(f.block // ATOM)]
             nbytes += f.block * BLOCK_K * self.dtype.nbytes
-        return S.If(E.eq(self.tid, 0), S.seq([gpu.MbarrierExpectTx(E.TensorElement(self.bars, (slot,)), nbytes),
-                                              *copies]))
+        return S.seq([gpu.MbarrierExpectTx(E.TensorElement(self.bars, (slot,)), nbytes), *copies])
 
     def _load(self, slot: E.Expr, step: E.Expr) -> S.Stmt:
         copied = [self._load_factor(f, slot, step) for f in (self.A, self.B) if self.maps[f.name] is None]
-        return S.seq(copied + ([self._tma(slot, step)] if self._uses_tma else []))
+        return S.seq(copied + ([S.If(E.eq(self.tid, 0), self._tma(slot, step))] if self._uses_tma else []))
 
     @property
     def _uses_tma(self) -> bool:
@@ -234,11 +243,41 @@ class _WgmmaKernel(_Kernel):
     def _uses_cp_async(self) -> bool:
         return any(m is None for m in self.maps.values())
 
+    @property
+    def specialized(self) -> bool:
+        """Whether a producer warpgroup issues the copies: the config asks, and both factors
+        go by TMA (else its warpgroup waits idle and the threads copy as without it)."""
+        return self.c.specialized and all(m is not None for m in self.maps.values())
+
     def _init_barriers(self) -> S.Stmt:
         if not self._uses_tma:
             return S.seq([])
-        inits = [gpu.MbarrierInit(E.TensorElement(self.bars, (E.as_expr(s),)), 1) for s in range(self.c.stages)]
+        stages = range(self.c.stages)
+        inits = [gpu.MbarrierInit(E.TensorElement(self.bars, (E.as_expr(s),)), 1) for s in stages]
+        if self.specialized:  # each consumer warpgroup frees a slot once its wgmmas have read it
+            inits += [gpu.MbarrierInit(E.TensorElement(self.free, (E.as_expr(s),)), self.c.warpgroups) for s in stages]
         return S.seq([S.If(E.eq(self.tid, 0), S.seq([*inits, gpu.FenceMbarrierInit()])), S.Barrier()])
+
+    def _specialized(self, steps: int) -> S.Stmt:
+        """The pipeline with roles: the producer warpgroup's first thread waits for a slot to
+        be free and fills it by TMA, as far ahead as the slots allow; the consumers wait for
+        a slot to be full, issue its wgmmas, and once the step before's are done free its slot."""
+        c, [k] = self.c, self._vars("k")
+        slot, use = k % c.stages, k // c.stages
+        bar = lambda v, i: E.TensorElement(v, (i,))  # noqa: E731
+        consumers = c.warpgroups * 128
+        free_last = S.If(E.logical_and(k > 0, E.eq(self.tid % 128, 0)),
+                         gpu.MbarrierArrive(bar(self.free, (k + (c.stages - 1)) % c.stages)))
+        return S.seq([
+            S.Comment(f"a producer warpgroup fills the {c.stages} slots by TMA; the consumers multiply"),
+            gpu.WarpSpecialized(
+                k, steps, self.tid >= consumers, E.eq(self.tid, consumers),
+                # a slot's first use waits for nothing: the phase before a barrier's first counts as done
+                gpu.MbarrierWait(bar(self.free, slot), (use + 1) % 2), self._tma(slot, k),
+                gpu.MbarrierWait(bar(self.bars, slot), use % 2),
+                S.seq([self._multiply(slot), gpu.WgmmaWait(self.acc, 1), free_last]),
+                # the accumulators live in the consumers' branch alone (the producers keep 40 registers)
+                self._zero(), S.seq([gpu.WgmmaWait(self.acc, 0), self._store()]))])
 
     def _tile(self, f: Any) -> _GmmaTile:
         rows, cols = (f.block, BLOCK_K) if f.k_inner else (BLOCK_K, f.block)
@@ -255,8 +294,10 @@ class _WgmmaKernel(_Kernel):
             S.Let(self.bm, gpu.blockIdx.y * c.block_m), S.Let(self.bn, gpu.blockIdx.x * c.block_n),
             S.Let(self.bz, gpu.blockIdx.z), *[S.Declare(t.var, scope="shared") for t in self.tiles.values()],
             *([S.Declare(self.bars, scope="shared")] if self._uses_tma else []),
-            S.Declare(self.acc, scope="register"), self._zero(), self._init_barriers(),
-            self._prologue(steps), self._main_loop(steps), gpu.WgmmaWait(self.acc, 0), self._store()])
+            *([S.Declare(self.free, scope="shared")] if self.specialized else []),
+            S.Declare(self.acc, scope="register"), *([] if self.specialized else [self._zero()]), self._init_barriers(),
+            *([self._specialized(steps)] if self.specialized else
+              [self._prologue(steps), self._main_loop(steps), gpu.WgmmaWait(self.acc, 0), self._store()])])
 
     def _prologue(self, steps: int) -> S.Stmt:
         ahead = self.c.stages - 2
@@ -322,11 +363,15 @@ def wgmma_kernel(con: Contraction, config: WgmmaConfig, name: str, dtype: DataTy
     if dtype is None:
         raise ValueError(f"{con.task.name}: the wgmma template needs float16 or bfloat16 factors")
     maps: list[gpu.TensorMap] = []
+    specialized: list[bool] = []
 
     def multiply(kernel: _WgmmaKernel) -> str:
         maps.extend(m for m in kernel.maps.values() if m is not None)
+        specialized.append(kernel.specialized)
         return f"wgmma m64n{config.block_n}k16"
     fn = template_function(con, _WgmmaKernel, config, dtype, name, "matmul_wgmma", multiply)
+    if config.specialized and not specialized[0]:  # a factor is not copied by TMA: no producer
+        return wgmma_kernel(con, dataclasses.replace(config, specialized=False), name, dtype)
     fn = gpu.with_tensor_maps(fn, maps)
     grid = (-(-con.N // config.block_n), -(-con.M // config.block_m), con.batch)
     return gpu.cuda_kernel(fn, grid, (config.threads,), config.shared_bytes(dtype.nbytes))

@@ -13,7 +13,7 @@ On ``sm_90a`` the space also holds the Hopper template's configs
 (:class:`~taskloom.schedule.cuda.matmul_wgmma.WgmmaConfig`, 16-bit factors): tiles of 64-256
 on a side in steps of 64 along K, one or two warpgroups of at most 128 accumulators a thread,
 three to five stages within the shared memory a block may opt in to, the factors copied by
-``cp.async`` or by TMA.
+``cp.async``, by TMA, or by TMA from a producer warpgroup of their own.
 
 **The model** prices a config on a contraction (batch, M, N, K) as the busiest SM's time:
 its share of the blocks (``ceil(blocks / SMs)``, so a tile that leaves SMs idle, or a last
@@ -80,9 +80,9 @@ def wgmma_space(shared: int) -> list[WgmmaConfig]:
     """Every config of the Hopper template whose tiles fit ``shared`` bytes (see the module
     docstring)."""
     out = []
-    for bm, bn, groups, stages, tma in itertools.product((64, 128, 256), (64, 128, 256), (1, 2), (3, 4, 5),
-                                                         (False, True)):
-        c = WgmmaConfig(bm, bn, stages, groups, tma)
+    for bm, bn, groups, stages, (tma, producer) in itertools.product(
+            (64, 128, 256), (64, 128, 256), (1, 2), (3, 4, 5), ((False, False), (True, False), (True, True))):
+        c = WgmmaConfig(bm, bn, stages, groups, tma, producer)
         if c.valid() and c.accumulators <= MAX_ACCUMULATORS and c.shared_bytes() <= shared:
             out.append(c)
     return out
@@ -130,7 +130,9 @@ def config_from_dict(d: Mapping[str, Any]) -> TensorCoreConfig:
 
 def choose(con: Contraction, target: CudaTarget) -> TensorCoreConfig:
     """The config of least modelled time; ties go to the larger tile, then more stages, then
-    TMA (which the model does not price: it spares the threads the copies' instructions)."""
+    a producer warpgroup, then TMA (which the model does not price: they take the copies off
+    the threads that multiply)."""
     nbytes = element_bytes(con, target)
-    return min(target_space(target, nbytes), key=lambda c: (cycles(con, c, target, nbytes), -c.block_m * c.block_n,
-                                                            -c.stages, -getattr(c, "tma", False)))
+    return min(target_space(target, nbytes), key=lambda c: (
+        cycles(con, c, target, nbytes), -c.block_m * c.block_n, -c.stages, -getattr(c, "specialized", False),
+        -getattr(c, "tma", False)))

@@ -71,3 +71,48 @@ def test_a_wait_for_bytes_that_never_come_is_an_error():
     x = np.ones((100, 72), np.float16)
     with pytest.raises(EmulatorError, match="cannot complete: 0 of 1 arrivals and 4096 bytes still missing"):
         run_kernel(box_kernel(0, 0, expect=8192 + 4096), [x, np.zeros(4096, np.float16)])
+
+
+#: A producer thread copies the box at row 8 k into the one slot, each step once the
+#: consumers have freed it; the 128 consumers copy the slot out to y[k] and free it.
+ROLES = '''
+@kernel(kind='cuda_kernel', grid=(1, 1, 1), block=(256, 1, 1),
+        tensor_maps=(('x_map', 'x', (72, 100), (144,), (64, 64)),))
+def roles(x: f16[100, 72], y: f16[3, 4096]):
+    s = shared_tensor(f16, [4096])
+    full = shared_tensor(i64, [1])
+    free = shared_tensor(i64, [1])
+    if threadIdx.x == 0:
+        mbarrier_init(full[0], 1)
+        mbarrier_init(free[0], 128)
+        fence_mbarrier_init()
+    barrier()
+    for k in warp_specialized(3, threadIdx.x >= 128, threadIdx.x == 128):
+        with producer:
+            mbarrier_wait(free[0], (k + 1) % 2)
+            mbarrier_expect_tx(full[0], 8192)
+            tma_load(s[0], 'x_map', (0, k * 8), full[0])
+        with consumer_setup:
+            pass
+        with consumer:
+            mbarrier_wait(full[0], k % 2)
+            for i in range(32):
+                y[k, threadIdx.x + i * 128] = s[threadIdx.x + i * 128]
+            FREE
+        with consumer_finish:
+            pass
+'''
+
+
+def test_warp_specialized_roles_meet_at_mbarriers():
+    x = np.random.default_rng(1).standard_normal((100, 72)).astype(np.float16)
+    y = np.zeros((3, 4096), np.float16)
+    run_kernel(build(ROLES.replace("FREE", "mbarrier_arrive(free[0])")), [x, y])
+    for k in range(3):
+        np.testing.assert_array_equal(y[k], _swizzled(x[8 * k:8 * k + 64, :64]))
+
+
+def test_a_slot_never_freed_is_a_hang():
+    x = np.ones((100, 72), np.float16)
+    with pytest.raises(EmulatorError, match="the device would hang"):
+        run_kernel(build(ROLES.replace("FREE", "pass")), [x, np.zeros((3, 4096), np.float16)])

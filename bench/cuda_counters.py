@@ -100,7 +100,7 @@ def template_loops(target: CudaTarget) -> list[dict[str, Any]]:
     from taskloom.schedule.cuda.matmul_wgmma import WgmmaConfig
     rows = []
     hopper = (WgmmaConfig(128, 128, 4, 2, tma=False), WgmmaConfig(128, 128, 4, 2),
-              WgmmaConfig(128, 256, 4, 2)) if target.has_wgmma() else ()
+              WgmmaConfig(128, 256, 4, 2), WgmmaConfig(128, 256, 4, 2, specialized=True)) if target.has_wgmma() else ()
     for dtype, K, find, configs in (("float32", 256, matmul.matmul_candidate, matmul.CONFIGS),
                                     ("float16", 2048, matmul_mma.mma_candidate, matmul_mma.CONFIGS + hopper)):
         a = input((256, K), dtype, name="a")
@@ -209,7 +209,7 @@ def predictions(target: CudaTarget) -> list[dict[str, Any]]:
         for (M, N, K), anchor in BAR_SHAPES.items():
             con = types.SimpleNamespace(batch=1, M=M, N=N, K=K)
             config = min(mma_model.target_space(t, nbytes),  # on sm_90a, wgmma's configs too
-                         key=lambda c: (mma_model.cycles(con, c, t, nbytes), -c.block_m * c.block_n, -c.stages))
+                         key=lambda c: mma_model.rank(con, c, t, nbytes))
             seconds = mma_model.cycles(con, config, t, nbytes) / (t.clock_mhz * 1e6)
             rows.append({"dtype": "tf32" if tf32 else "float16", "shape": f"{M}x{N}x{K}", "config": str(config),
                          "predicted_tflops": round(2 * M * N * K / seconds / 1e12, 1),

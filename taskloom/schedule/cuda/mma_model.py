@@ -133,6 +133,10 @@ def choose(con: Contraction, target: CudaTarget) -> TensorCoreConfig:
     a producer warpgroup, then TMA (which the model does not price: they take the copies off
     the threads that multiply)."""
     nbytes = element_bytes(con, target)
-    return min(target_space(target, nbytes), key=lambda c: (
-        cycles(con, c, target, nbytes), -c.block_m * c.block_n, -c.stages, -getattr(c, "specialized", False),
-        -getattr(c, "tma", False)))
+    return min(target_space(target, nbytes), key=lambda c: rank(con, c, target, nbytes))
+
+
+def rank(con: Contraction, c: TensorCoreConfig, target: CudaTarget, nbytes: int) -> tuple:
+    """The order :func:`choose` takes configs in: modelled time, then the tie-breaks."""
+    return (cycles(con, c, target, nbytes), -c.block_m * c.block_n, -c.stages, -getattr(c, "specialized", False),
+            -getattr(c, "tma", False))

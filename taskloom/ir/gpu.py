@@ -15,7 +15,9 @@ expressions of the parameters) and ``dynamic_shared`` its dynamic shared memory 
 - Buffers declared in the ``shared`` scope are one per block, ``register`` one per thread;
   :class:`~taskloom.ir.stmt.Barrier` is ``__syncthreads()``.
 - The statements below: atomics on global memory, wide (16-byte) copies, ``cp.async``
-  with commit and wait groups, ``ldmatrix`` and ``mma.sync``. Their operands are element references
+  with commit and wait groups, ``ldmatrix`` and ``mma.sync``; Hopper's ``wgmma`` with its
+  fences and groups, TMA copies (of a kernel's tensor maps, :class:`TensorMap`) and the mbarriers they
+  land on, and warp-specialized loops. Their operands are element references
   (``A[i, j]``), so flattening and fusion rewrite them as they rewrite loads and stores.
 
 The CUDA dialect of the backend prints all of these; the SIMT emulator executes them.

@@ -71,6 +71,8 @@ class _CudaKernelCodegen(CFamilyCodegen):
             return f"{_SHUFFLE[e.func]}(0xffffffffu, {args[0]}, {args[1]})"
         if e.func in gpu.WARP_REDUCTIONS:
             return f"tl_{e.func}({args[0]})"
+        if e.func == "tf32_round":
+            return f"tl_tf32_round({args[0]})"
         if e.func == "exp2" and e.type == float32:
             return f"tl_exp2_f32({args[0]})"
         return super().call(e)

@@ -134,6 +134,12 @@ template <int NUM, bool TRANS> TL_DEVICE void tl_ldmatrix(void* dst, const void*
   }
 TL_MMA_M16N8K16(tl_mma_m16n8k16_f16, __half, "f16")
 TL_MMA_M16N8K16(tl_mma_m16n8k16_bf16, __nv_bfloat16, "bf16")
+// float32 rounded to nearest tf32 (ties away from zero), as cuBLAS feeds the tensor cores
+TL_DEVICE float tl_tf32_round(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return __uint_as_float(r);
+}
 // mma.sync m16n8k8 on tf32: float32 registers, of which the tensor cores read 10 bits of mantissa
 TL_DEVICE void tl_mma_m16n8k8_tf32(float* d, const float* a, const float* b, const float* c) {
   const uint32_t* A = (const uint32_t*)a; const uint32_t* B = (const uint32_t*)b;

@@ -73,6 +73,17 @@ def _reduced(name: str):
     return rule
 
 
+def _float32_only(args: tuple[E.Expr, ...]) -> DataType:
+    if args[0].type != float32:
+        raise IRError(f"tf32_round() rounds float32 values, got {args[0].type!r}")
+    return float32
+
+
+#: float32 rounded to tf32's 10 bits of mantissa, to nearest with ties away from zero
+#: (``cvt.rna.tf32.f32``): what cuBLAS gives the tensor cores, where a plain float32 would
+#: have its low 13 bits dropped
+register_primitive(Primitive("tf32_round", 1, _float32_only, "float32 rounded to nearest tf32"))
+
 for _name in INDEX_PRIMITIVES:
     register_primitive(Primitive(_name, 0, _int32, f"CUDA {INDEX_PRIMITIVES[_name]}"))
 for _name in SHUFFLES:

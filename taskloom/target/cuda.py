@@ -47,9 +47,9 @@ class CudaTarget(Target):
     architecture-specific instructions, wgmma and TMA); the rest are that GPU's limits.
     Memory sizes are in bytes. ``tf32`` allows float32 products on the tensor cores as
     tf32 (10 bits of mantissa: the trade ``torch.backends.cuda.matmul.allow_tf32`` makes);
-    off by default, since it changes results in their fourth digit. The factors go to the
-    tensor cores unrounded, and the emulator drops their low 13 bits; libraries that round
-    them to nearest first differ in each factor's last bit.
+    off by default, since it changes results in their fourth digit. The factors are rounded
+    to nearest tf32 first (``cvt.rna``, as cuBLAS does), not cut by the tensor cores, whose
+    cut would bias every product toward zero.
     """
 
     kind = "cuda"

@@ -15,7 +15,7 @@ from taskloom import ops
 from taskloom.graph import Graph, input
 from taskloom.graph.fusion import fuse_graph
 from taskloom.ir import gpu
-from taskloom.runtime.emulator.mma import tf32
+from taskloom.runtime.emulator.values import tf32_round
 from taskloom.schedule.cuda.matmul_mma import CONFIGS, MmaConfig, mma_candidate
 from taskloom.schedule.cuda.mma_model import choose, space
 from taskloom.target import CudaTarget
@@ -33,7 +33,8 @@ def product(M: int, K: int, N: int, a_k_inner: bool, b_k_inner: bool):
     ai, bi = input(a.shape, name="a"), input(b.shape, name="b")
     A = ai if a_k_inner else ops.transpose(ai, 0, 1)
     B = ops.transpose(bi, 0, 1) if b_k_inner else bi
-    want = np.maximum(tf32(a if a_k_inner else a.T).astype(np.float64) @ tf32(b.T if b_k_inner else b), 0)
+    # the template rounds the factors to nearest tf32, as cuBLAS does
+    want = np.maximum(tf32_round(a if a_k_inner else a.T).astype(np.float64) @ tf32_round(b.T if b_k_inner else b), 0)
     return Graph([ai, bi], [ops.relu(ops.matmul(A, B))]), {id(ai): a, id(bi): b}, want
 
 
@@ -152,3 +153,22 @@ def test_float32_rows_of_any_length_come_by_cp_async():
     assert "A into [m][k] by cp.async of 4 bytes; B into [k][n] by cp.async of 4 bytes" in fn.attr("doc")
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
     assert report.counters.bank_conflicts == 0
+
+
+def test_factors_are_rounded_to_nearest_tf32_not_cut():
+    """A product whose factors sit just under a tf32 step: cutting the low 13 bits would make
+    every product smaller (the sum 0.05% low); rounding to nearest keeps it within tf32's
+    half step of each factor, unbiased."""
+    a = np.full((64, 64), np.float32(1.0) - np.float32(2.0 ** -12), np.float32)  # rounds up to 1
+    b = np.ones((64, 32), np.float32)
+    ai, bi = input(a.shape, name="a"), input(b.shape, name="b")
+    out, _, _, _, _ = run(Graph([ai, bi], [ops.matmul(ai, bi)]), {id(ai): a, id(bi): b}, CONFIGS[1])
+    np.testing.assert_array_equal(out, np.full((64, 32), 64.0, np.float32))
+
+
+def test_tf32_round_is_to_nearest_with_ties_away_and_keeps_specials():
+    x = np.array([1 + 2.0 ** -11, 1 + 2.0 ** -12, 1 + 3 * 2.0 ** -12, -(1 + 2.0 ** -11), np.inf, -np.inf, 0.0],
+                 np.float32)
+    got = tf32_round(x)
+    np.testing.assert_array_equal(got[:4], np.array([1 + 2.0 ** -10, 1, 1 + 2.0 ** -10, -(1 + 2.0 ** -10)], np.float32))
+    assert np.isinf(got[4]) and np.isinf(got[5]) and got[6] == 0 and np.isnan(tf32_round(np.array([np.nan], np.float32)))[0]

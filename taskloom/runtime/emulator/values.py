@@ -184,12 +184,21 @@ def _fma(a: Array, b: Array, c: Array) -> Array:
     return (a.astype(wide) * b + c).astype(a.dtype)
 
 
+def tf32_round(x: Array) -> Array:
+    """float32 rounded to tf32 (10 bits of mantissa), to nearest, ties away from zero: the
+    magnitude's bits plus half a tf32 unit, cut; infinities and NaNs kept."""
+    bits = np.ascontiguousarray(x, np.float32).view(np.uint32)
+    finite = (bits & np.uint32(0x7F800000)) != np.uint32(0x7F800000)
+    rounded = (bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)
+    return np.where(finite, rounded, bits).astype(np.uint32).view(np.float32)
+
+
 MATH: dict[str, Callable[..., Array]] = {
     "exp": np.exp, "exp2": np.exp2, "log": np.log, "sqrt": np.sqrt, "rsqrt": _rsqrt, "tanh": np.tanh, "erf": _erf,
     "floor": np.floor, "ceil": np.ceil, "sin": np.sin, "cos": np.cos, "sigmoid": _sigmoid,
     "abs": np.abs, "pow": np.power, "fma": _fma, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos,
     "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh,
-    "atanh": np.arctanh, "log10": np.log10, "round": np.rint, "atan2": np.arctan2,
+    "atanh": np.arctanh, "log10": np.log10, "round": np.rint, "atan2": np.arctan2, "tf32_round": tf32_round,
 }
 REDUCE = {"reduce_add": np.add, "reduce_max": np.fmax, "reduce_min": np.fmin}
 

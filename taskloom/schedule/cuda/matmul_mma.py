@@ -472,8 +472,23 @@ class _Kernel:
             mma = gpu.MmaSync(acc, E.TensorElement(self.a_frag, (i, zero)), E.TensorElement(self.b_frag, (j, zero)),
                               acc, self.shape)
             mmas = S.For(i, E.as_expr(mt), S.For(j, E.as_expr(nt), mma, "unroll"), "unroll")
-            return S.For(ks, E.as_expr(c.block_k // self.kstep), S.seq([load_a, load_b, mmas]), "unroll")
+            return S.For(ks, E.as_expr(c.block_k // self.kstep), S.seq([load_a, load_b, *self._rounded(), mmas]),
+                         "unroll")
         return S.seq([self._warp_tiles(warp), S.Comment("the slot is free once every warp passes the next barrier")])
+
+    def _rounded(self) -> list[S.Stmt]:
+        """tf32 fragments rounded to nearest (``cvt.rna``), as cuBLAS rounds them: the tensor
+        cores would drop the low 13 bits, which biases every product toward zero."""
+        if self.dtype != float32:
+            return []
+        i, e = self._vars("i", "e")
+        out = []
+        for frag in (self.a_frag, self.b_frag):
+            tiles, count = (int(d.value) for d in frag.type.shape)  # type: ignore[union-attr]
+            at = (i, e)
+            out.append(S.For(i, E.as_expr(tiles), S.For(e, E.as_expr(count), S.BufferStore(
+                frag, at, E.call("tf32_round", E.TensorElement(frag, at))), "unroll"), "unroll"))
+        return out
 
     def _lane_fragment(self, f: _Factor, slot: E.Expr, x0: E.Expr, kk: E.Expr, tile: E.Var) -> S.Stmt:
         """A tf32 fragment read from a [k][x] tile by each lane, as m16n8k8 lays it out:

@@ -31,7 +31,7 @@ _HALF = {"float16": "__half", "bfloat16": "__nv_bfloat16"}
 _SHUFFLE = {"shfl_xor": "__shfl_xor_sync", "shfl_down": "__shfl_down_sync", "shfl_up": "__shfl_up_sync",
             "shfl_idx": "__shfl_sync"}
 LAUNCH_PREFIX = "launch_"
-#: where a wgmma kernel's shared buffers start: its operands' swizzle is of address bits 4-9
+#: where a wgmma or TMA kernel's shared buffers start: the swizzle is of address bits 4-9
 SWIZZLE_ALIGN = 1024
 
 
@@ -44,9 +44,9 @@ class _CudaKernelCodegen(CFamilyCodegen):
         # with dynamic shared memory of a static size, the shared buffers are laid out in it
         # (past 48 KiB a kernel's shared memory can only be dynamic): the next free byte, and the size
         self.dynamic_offset, self.dynamic_bytes = 0, int(dynamic.value) if E.is_const(dynamic) else None  # type: ignore[attr-defined]
-        # wgmma's swizzle is of the shared address itself: its operands' buffers start on 1024
-        # bytes (dynamic shared memory is aligned in the kernel, out of 1024 bytes the launch adds)
-        self.shared_align = SWIZZLE_ALIGN if collect(fn.body, gpu.Wgmma) else 16
+        # wgmma's and TMA's 128-byte swizzle is of the shared address itself: their buffers start
+        # on 1024 bytes (dynamic shared memory is aligned in the kernel, out of 1024 bytes the launch adds)
+        self.shared_align = SWIZZLE_ALIGN if collect(fn.body, (gpu.Wgmma, gpu.TmaLoad)) else 16
 
     def ctype(self, t: Type, where: str = "") -> str:
         if isinstance(t, DataType) and t.name in _HALF:

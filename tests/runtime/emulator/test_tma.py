@@ -116,3 +116,11 @@ def test_a_slot_never_freed_is_a_hang():
     x = np.ones((100, 72), np.float16)
     with pytest.raises(EmulatorError, match="the device would hang"):
         run_kernel(build(ROLES.replace("FREE", "pass")), [x, np.zeros((3, 4096), np.float16)])
+
+
+def test_the_cuda_dialect_starts_a_tma_kernels_shared_buffers_on_1024_bytes():
+    from taskloom.backend.codegen_cuda import codegen_cuda
+    from taskloom.ir import stmt as S
+    from taskloom.target import CudaTarget
+    source = codegen_cuda(S.Module((box_kernel(0, 0),)), CudaTarget.from_arch("sm_90a"))
+    assert "__shared__ __half __align__(1024) s[4096];" in source

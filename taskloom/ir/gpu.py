@@ -250,6 +250,9 @@ class MmaSync(S.Stmt):
 WGMMA_NS = tuple(range(8, 257, 8))
 #: the swizzle a wgmma operand's shared layout uses: 128 bytes (the only one the template needs)
 GMMA_SWIZZLE = 128
+#: where a shared buffer that wgmma or TMA reads or writes with that swizzle starts: the
+#: swizzle is of the shared address's bits 4-9
+SWIZZLE_ALIGN = 1024
 
 
 def wgmma_n(shape: str) -> int:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from taskloom.ir.gpu import TensorMap
+from taskloom.ir.gpu import SWIZZLE_ALIGN, TensorMap
 from taskloom.runtime.emulator import checks, memory
 from taskloom.runtime.emulator.machine import Machine, Mask
 from taskloom.runtime.emulator.wgmma import check_writes, swizzle128
@@ -103,21 +103,19 @@ def ready(st: Machine, buf: memory.Buffer, idx: np.ndarray, phase: np.ndarray, m
     """Whether every active lane's wait on the phase of parity ``phase`` would return now,
     the copies in flight on its barrier landed first (they may land at any time)."""
     parity = st.full(phase)
-    for lane, key in _keys(st, buf, idx, mask, "mbarrier_wait"):
-        b = _barrier(st, key, lane, "waits on")
-        if b.phase == int(parity[lane]) & 1:
-            _land_all(st, b)
-            if b.phase == int(parity[lane]) & 1:
-                return False
-    return True
+    return all(_phase_done(st, _barrier(st, key, lane, "waits on"), int(parity[lane]) & 1)
+               for lane, key in _keys(st, buf, idx, mask, "mbarrier_wait"))
 
 
-def _land_all(st: Machine, b: Barrier) -> None:
-    for c in b.copies:
-        _land(st, c)
-        b.tx -= c.data.size * c.dst.dtype.nbytes
-    b.copies = []
-    b.complete()
+def _phase_done(st: Machine, b: Barrier, parity: int) -> bool:
+    """Whether ``b``'s phase of ``parity`` has completed, its copies in flight landed first."""
+    if b.phase == parity:
+        for c in b.copies:
+            _land(st, c)
+            b.tx -= c.data.size * c.dst.dtype.nbytes
+        b.copies = []
+        b.complete()
+    return b.phase != parity
 
 
 def wait(st: Machine, buf: memory.Buffer, idx: np.ndarray, phase: np.ndarray, mask: Mask) -> None:
@@ -126,10 +124,7 @@ def wait(st: Machine, buf: memory.Buffer, idx: np.ndarray, phase: np.ndarray, ma
     parity = st.full(phase)
     for lane, key in _keys(st, buf, idx, mask, "mbarrier_wait"):
         b = _barrier(st, key, lane, "waits on")
-        if b.phase != int(parity[lane]) & 1:
-            continue
-        _land_all(st, b)
-        if b.phase == int(parity[lane]) & 1:
+        if not _phase_done(st, b, int(parity[lane]) & 1):
             raise checks.EmulatorError(
                 f"kernel '{st.kernel}': {st.thread(lane)} waits on mbarrier '{key[0]}' for a phase that cannot "
                 f"complete: {b.pending} of {b.count} arrivals and {b.tx} bytes still missing, nothing in flight "
@@ -158,9 +153,10 @@ def load(st: Machine, dst: memory.Buffer, dst_idx: np.ndarray, src: memory.Buffe
         values = src.data[np.where(inside, element, 0)]
         values = np.where(inside, values, np.zeros(1, dtype=values.dtype))
         start = int(st.full(dst_idx)[lane]) * nbytes
-        if start % 1024:
+        if start % SWIZZLE_ALIGN:
             raise checks.EmulatorError(f"kernel '{st.kernel}': {st.thread(lane)} gives tma_load the shared "
-                                       f"address {start} of '{dst.name}'; a 128-byte-swizzled box starts on 1024")
+                                       f"address {start} of '{dst.name}'; a 128-byte-swizzled box starts on "
+                                       f"{SWIZZLE_ALIGN}")
         index = swizzle128(start + offsets) // nbytes
         if index.max() >= dst.size:
             raise checks.OutOfBoundsError(f"kernel '{st.kernel}': {st.thread(lane)}'s tma_load reaches element "

@@ -58,7 +58,7 @@ class _Op:
     groups: np.ndarray  # the warpgroups (batch-wide numbers) that issued it
     group: np.ndarray  # per warpgroup, the commit group it belongs to
     lead: np.ndarray  # per warpgroup, its first lane
-    a: tuple[memory.Buffer, np.ndarray]  # shared buffer, element indices (warpgroups x 64 x 16)
+    a: tuple[memory.Buffer, np.ndarray]  # shared buffer, its keys read (warpgroups x 64 x 16)
     b: tuple[memory.Buffer, np.ndarray]  # (warpgroups x N x 16)
     d: tuple[memory.Buffer, np.ndarray]  # register buffer, each lane's first accumulator
     n: int
@@ -122,15 +122,22 @@ def issue(st: Machine, d: tuple, a: tuple, b: tuple, n: int, majors: tuple[str, 
                                        "the threads of a warpgroup")
     ai = _elements(st, abuf, st.full(aidx)[lead], operand_bytes(64, majors[0], a_lbo, a_sbo), "A")
     bi = _elements(st, bbuf, st.full(bidx)[lead], operand_bytes(n, majors[1], b_lbo, b_sbo), "B")
-    for buf, idx, what in ((abuf, ai, "A"), (bbuf, bi, "B")):  # out of bounds is caught at issue
-        on = np.zeros(st.T, dtype=bool)
-        on[lead] = True
-        full = np.zeros((st.T, idx[0].size), dtype=np.int64)
-        full[lead] = idx.reshape(len(lead), -1)
-        memory.checked(st, buf, full, st.mask(on), None, f"gives wgmma's {what} operand")
     dbuf, didx = d
-    state.pending.append(_Op(groups, state.committed[groups], lead, (abuf, ai), (bbuf, bi),
-                             (dbuf, np.array(st.full(didx))), n))
+    state.pending.append(_Op(groups, state.committed[groups], lead, (abuf, _keys(st, abuf, ai, lead, "A")),
+                             (bbuf, _keys(st, bbuf, bi, lead, "B")), (dbuf, np.array(st.full(didx))), n))
+
+
+def _keys(st: Machine, buf: memory.Buffer, idx: np.ndarray, lead: np.ndarray, what: str) -> np.ndarray:
+    """The buffer keys of each warpgroup's operand elements ``idx``; one outside the buffer
+    is caught at issue, on the warpgroup's first thread."""
+    bad = (idx < 0) | (idx >= buf.size)
+    if bad.any():
+        w = int(np.nonzero(bad.reshape(len(lead), -1).any(axis=1))[0][0])
+        lane, index = int(lead[w]), int(idx[w][bad[w]][0])
+        hit = np.zeros((lane + 1, 1), dtype=bool)
+        hit[lane] = True
+        raise checks.out_of_bounds(st, buf, f"gives wgmma's {what} operand", np.full((lane + 1, 1), index), hit)
+    return (st.block_of[lead] * buf.size).reshape((-1,) + (1,) * (idx.ndim - 1)) + idx
 
 
 def commit(st: Machine, mask: Mask) -> None:
@@ -161,10 +168,9 @@ def check_writes(st: Machine, buf: memory.Buffer, keys: np.ndarray, lanes: np.nd
     land at once)."""
     state = st.wgmmas
     for op in state.pending if state is not None else ():
-        for (obuf, idx), what in ((op.a, "A"), (op.b, "B")):
+        for (obuf, read), what in ((op.a, "A"), (op.b, "B")):
             if obuf is not buf:
                 continue
-            read = ((st.block_of[op.lead] * buf.size)[:, None] + idx.reshape(len(op.lead), -1)).reshape(-1)
             hit = np.isin(keys, read)
             if hit.any():
                 k = int(np.argmax(hit))
@@ -174,18 +180,16 @@ def check_writes(st: Machine, buf: memory.Buffer, keys: np.ndarray, lanes: np.nd
                     "(wait for its group first)")
 
 
-def _read(st: Machine, buf: memory.Buffer, idx: np.ndarray, blocks: np.ndarray) -> np.ndarray:
-    """Shared elements ``idx`` (warpgroups x ...) of each warpgroup's block, as float32."""
-    keys = (blocks * buf.size).reshape((-1,) + (1,) * (idx.ndim - 1)) + idx
+def _read(buf: memory.Buffer, keys: np.ndarray) -> np.ndarray:
+    """Shared elements at ``keys``, as float32."""
     return to_value(buf.data[keys], buf.dtype).astype(np.float32)
 
 
 def _complete(st: Machine, op: _Op, ready: np.ndarray) -> None:
     """D += A B for the warpgroups of ``op`` that are ``ready``."""
     lead = op.lead[ready]
-    blocks = st.block_of[lead]
-    A = _read(st, op.a[0], op.a[1][ready], blocks)  # warpgroups x 64 x 16
-    B = _read(st, op.b[0], op.b[1][ready], blocks)  # warpgroups x N x 16
+    A = _read(op.a[0], op.a[1][ready])  # warpgroups x 64 x 16
+    B = _read(op.b[0], op.b[1][ready])  # warpgroups x N x 16
     lanes = (lead[:, None] + np.arange(GROUP)).reshape(-1)
     on = np.zeros(st.T, dtype=bool)
     on[lanes] = True

@@ -570,10 +570,10 @@ def _describe(f: _Factor) -> str:
 
 
 def template_function(con: Contraction, cls: type, config: Any, dtype: DataType, name: str, template: str,
-                      multiply: Callable[[Any], str]) -> S.Function:
+                      multiply: Callable[[Any], str]) -> tuple[S.Function, Any]:
     """The function of a tensor-core template's kernel (``cls``, a :class:`_Kernel`) of ``con``
     with ``config``: the task's inputs, then its output; its doc says how it multiplies
-    (``multiply(kernel)``) and how it loads each factor."""
+    (``multiply(kernel)``) and how it loads each factor. Returned with the kernel's phases."""
     names, params, tensors = _parameters(con.task)
     inline = _Inline(tensors)
 
@@ -583,7 +583,7 @@ def template_function(con: Contraction, cls: type, config: Any, dtype: DataType,
     copies = "; ".join(kernel.describe(f) for f in (kernel.A, kernel.B))
     doc = f"{con.task.name}: the CUDA matmul template (tensor cores, {multiply(kernel)}), {config}; {copies}"
     return S.Function(name, tuple(params), kernel.body(), attrs=(("doc", doc), ("template", template),
-                                                                  ("config", str(config))))
+                                                                  ("config", str(config)))), kernel
 
 
 def mma_kernel(con: Contraction, config: MmaConfig, name: str, dtype: DataType | None = None) -> S.Function:
@@ -594,7 +594,8 @@ def mma_kernel(con: Contraction, config: MmaConfig, name: str, dtype: DataType |
         raise ValueError(f"{con.task.name}: the tensor-core template needs float16 or bfloat16 factors, "
                          "or float32 ones on a target that allows tf32")
     tf32 = " tf32" if dtype == float32 else ""
-    fn = template_function(con, _Kernel, config, dtype, name, "matmul_mma", lambda k: f"mma.sync {k.shape}{tf32}")
+    fn, _ = template_function(con, _Kernel, config, dtype, name, "matmul_mma",
+                              lambda k: f"mma.sync {k.shape}{tf32}")
     grid = (-(-con.N // config.block_n), -(-con.M // config.block_m), con.batch)
     tiles = config.shared_bytes(dtype.nbytes)
     return gpu.cuda_kernel(fn, grid, (config.threads,), tiles if tiles > STATIC_SHARED else 0)

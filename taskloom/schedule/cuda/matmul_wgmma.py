@@ -61,7 +61,6 @@ from taskloom.transforms.names import NameGen
 
 BLOCK_K = 64  # one 128-byte row of 16-bit elements: the swizzle's width
 ATOM = 64  # M/N elements of an M/N-major atom's row
-SWIZZLE_ALIGN = 1024  # the dynamic shared memory a launch adds, to start the tiles on 1024 bytes
 
 
 @dataclass(frozen=True)
@@ -112,7 +111,7 @@ class WgmmaConfig:
     def shared_bytes(self, element_bytes: int = 2) -> int:
         """The tiles, the alignment's slack, and with TMA a 1024-byte place for the mbarriers."""
         tiles = self.stages * (self.block_m + self.block_n) * self.block_k * element_bytes
-        return tiles + SWIZZLE_ALIGN * (1 + self.tma + self.specialized)
+        return tiles + gpu.SWIZZLE_ALIGN * (1 + self.tma + self.specialized)
 
     def kernel(self, con: Contraction, name: str, dtype: DataType | None = None) -> S.Function:
         """The template's kernel of ``con`` with this config (:func:`wgmma_kernel`)."""
@@ -362,16 +361,10 @@ def wgmma_kernel(con: Contraction, config: WgmmaConfig, name: str, dtype: DataTy
     dtype = dtype or half_type(con)
     if dtype is None:
         raise ValueError(f"{con.task.name}: the wgmma template needs float16 or bfloat16 factors")
-    maps: list[gpu.TensorMap] = []
-    specialized: list[bool] = []
-
-    def multiply(kernel: _WgmmaKernel) -> str:
-        maps.extend(m for m in kernel.maps.values() if m is not None)
-        specialized.append(kernel.specialized)
-        return f"wgmma m64n{config.block_n}k16"
-    fn = template_function(con, _WgmmaKernel, config, dtype, name, "matmul_wgmma", multiply)
-    if config.specialized and not specialized[0]:  # a factor is not copied by TMA: no producer
+    fn, kernel = template_function(con, _WgmmaKernel, config, dtype, name, "matmul_wgmma",
+                                   lambda k: f"wgmma m64n{config.block_n}k16")
+    if config.specialized and not kernel.specialized:  # a factor is not copied by TMA: no producer
         return wgmma_kernel(con, dataclasses.replace(config, specialized=False), name, dtype)
-    fn = gpu.with_tensor_maps(fn, maps)
+    fn = gpu.with_tensor_maps(fn, [m for m in kernel.maps.values() if m is not None])
     grid = (-(-con.N // config.block_n), -(-con.M // config.block_m), con.batch)
     return gpu.cuda_kernel(fn, grid, (config.threads,), config.shared_bytes(dtype.nbytes))

@@ -106,14 +106,17 @@ def test_the_swizzle_is_the_isa_s_128_byte_pattern():
     assert mn[64, 0] == 8192 and mn[0, 8] == 1024 and mn[1, 1] == 130
 
 
+def _run_64(src: str) -> None:
+    """Runs a variant of the 64 x 64 x 64 kernel on random inputs."""
+    rng = np.random.default_rng(0)
+    run_kernel(build(src), [rng.standard_normal((64, 64)).astype(np.float16),
+                            rng.standard_normal((64, 64)).astype(np.float16), np.zeros((64, 64), np.float32)])
+
+
 def test_an_operand_off_the_swizzle_grid_is_refused():
     # A's start moved 128 bytes: bits 7-9 of its address are no longer zero
-    bad = build(wgmma_source(64, "k", "k").replace("sa[kk * 16]", "sa[kk * 16 + 64]"))
-    rng = np.random.default_rng(0)
-    args = [rng.standard_normal((64, 64)).astype(np.float16), rng.standard_normal((64, 64)).astype(np.float16),
-            np.zeros((64, 64), np.float32)]
     with pytest.raises(EmulatorError, match="bits 7-9"):
-        run_kernel(bad, args)
+        _run_64(wgmma_source(64, "k", "k").replace("sa[kk * 16]", "sa[kk * 16 + 64]"))
 
 
 def test_wgmma_checks_its_operands():
@@ -130,8 +133,11 @@ def test_wgmma_checks_its_operands():
 
 def test_overwriting_an_operand_in_flight_is_a_race():
     src = wgmma_source(64, "k", "mn").replace("    wgmma_commit()\n", "    wgmma_commit()\n    sa[tid] = a[0, 0]\n")
-    rng = np.random.default_rng(0)
-    args = [rng.standard_normal((64, 64)).astype(np.float16), rng.standard_normal((64, 64)).astype(np.float16),
-            np.zeros((64, 64), np.float32)]
     with pytest.raises(EmulatorError, match="while a wgmma in flight reads it as its A operand"):
-        run_kernel(build(src), args)
+        _run_64(src)
+
+
+def test_an_operand_past_its_buffer_is_caught_at_issue():
+    from taskloom.runtime.emulator import OutOfBoundsError
+    with pytest.raises(OutOfBoundsError, match="gives wgmma's B operand shared buffer 'sb' at index 4096"):
+        _run_64(wgmma_source(64, "k", "k").replace("sb[kk * 16]", "sb[kk * 16 + 4096]"))

@@ -197,17 +197,16 @@ BAR_SHAPES = {(4096, 4096, 4096): 717, (2048, 2048, 2048): 456, (2039, 2039, 203
 
 def predictions(target: CudaTarget) -> list[dict[str, Any]]:
     """The analytic model's pick and predicted TFLOP/s for each bar shape, in float16 and
-    tf32: the model's rates are estimates from published peaks, so the first GPU run tests
-    them (a config's time is the busiest SM's blocks at the model's mma and L2 rates)."""
+    tf32, at the target's boost clock: forecasts for the next GPU run to test (the model's
+    rates and latencies were set from two H100 kernels; see mma_model's docstring)."""
     import dataclasses
-    import types
     from taskloom.schedule.cuda import mma_model
     rows = []
     for tf32 in (False, True):
         t = dataclasses.replace(target, tf32=tf32)
         nbytes = 4 if tf32 else 2
         for (M, N, K), anchor in BAR_SHAPES.items():
-            con = types.SimpleNamespace(batch=1, M=M, N=N, K=K)
+            con = mma_model.Product(1, M, N, K)
             config = min(mma_model.target_space(t, nbytes),  # on sm_90a, wgmma's configs too
                          key=lambda c: mma_model.rank(con, c, t, nbytes))
             seconds = mma_model.cycles(con, config, t, nbytes) / (t.clock_mhz * 1e6)

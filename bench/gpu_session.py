@@ -155,14 +155,13 @@ def product_graph(m: int, n: int, k: int) -> Any:
 def _model_against_times(m: int, n: int, k: int) -> dict[str, Any]:
     """Each timed config of the float16 product m x n x k on this GPU beside the analytic
     model's cycles for it, and their rank correlation."""
-    import types
     from taskloom.cli.tune_report import spearman
-    from taskloom.schedule.cuda.mma_model import config_from_dict, cycles
+    from taskloom.schedule.cuda.mma_model import Product, config_from_dict, cycles
     from taskloom.target import CudaTarget
     from taskloom.tune.cuda import records_target
     from taskloom.tune.records import Records
     target = CudaTarget.device()
-    con = types.SimpleNamespace(batch=1, M=m, N=n, K=k)
+    con = Product(1, m, n, k)
     points = []
     for r in Records.default().records(target=records_target(target)):
         if r.workload.startswith(f"matmul_mma/1x{m}x{n}x{k}/") and r.seconds is not None:

@@ -18,21 +18,21 @@ from taskloom.target.base import Target
 
 KIB, MIB = 1024, 1024 * 1024
 
-#: Per-architecture facts, and the numbers of one common part of each (its SMs, L2 and
-#: boost clock) for when no device is at hand to read them from.
+#: Per-architecture facts, and the numbers of one common part of each (its SMs, L2, boost
+#: clock and DRAM bandwidth) for when no device is at hand to read them from.
 ARCHS: dict[str, dict[str, Any]] = {
     "sm_80": dict(name="NVIDIA A100-SXM4 (sm_80 preset)", num_sms=108, max_threads_per_sm=2048,
                   shared_memory_per_sm=164 * KIB, shared_memory_per_block=163 * KIB,
-                  l2_bytes=40 * MIB, clock_mhz=1410),
+                  l2_bytes=40 * MIB, clock_mhz=1410, dram_gbs=1555),
     "sm_86": dict(name="NVIDIA A10 (sm_86 preset)", num_sms=72, max_threads_per_sm=1536,
                   shared_memory_per_sm=100 * KIB, shared_memory_per_block=99 * KIB,
-                  l2_bytes=6 * MIB, clock_mhz=1695),
+                  l2_bytes=6 * MIB, clock_mhz=1695, dram_gbs=600),
     "sm_89": dict(name="NVIDIA L4 (sm_89 preset)", num_sms=58, max_threads_per_sm=1536,
                   shared_memory_per_sm=100 * KIB, shared_memory_per_block=99 * KIB,
-                  l2_bytes=48 * MIB, clock_mhz=2040),
+                  l2_bytes=48 * MIB, clock_mhz=2040, dram_gbs=300),
     "sm_90": dict(name="NVIDIA H100-SXM5 (sm_90 preset)", num_sms=132, max_threads_per_sm=2048,
                   shared_memory_per_sm=228 * KIB, shared_memory_per_block=227 * KIB,
-                  l2_bytes=50 * MIB, clock_mhz=1980),
+                  l2_bytes=50 * MIB, clock_mhz=1980, dram_gbs=3352),
 }
 _ARCH = re.compile(r"sm_(?P<major>\d)(?P<minor>\d)(?P<a>a?)")
 #: a CUDA target string's options, and the field each sets
@@ -62,6 +62,7 @@ class CudaTarget(Target):
     l2_bytes: int
     clock_mhz: int
     max_threads_per_sm: int = 2048
+    dram_gbs: int = 2000  # DRAM bandwidth, GB/s (a description written before it was kept takes this)
     registers_per_sm: int = 64 * 1024
     registers_per_thread: int = 255
     max_threads_per_block: int = 1024
@@ -205,7 +206,14 @@ def _from_properties(p: dict[str, Any]) -> CudaTarget | None:
         shared_memory_per_sm=p.get("shared_memory_per_sm") or preset["shared_memory_per_sm"],
         l2_bytes=p.get("l2_bytes") or preset["l2_bytes"],
         clock_mhz=p.get("clock_mhz") or preset["clock_mhz"],
-        max_threads_per_sm=p.get("max_threads_per_sm") or preset["max_threads_per_sm"])
+        max_threads_per_sm=p.get("max_threads_per_sm") or preset["max_threads_per_sm"],
+        dram_gbs=_dram_gbs(p) or preset["dram_gbs"])
+
+
+def _dram_gbs(p: dict[str, Any]) -> int:
+    """DRAM bandwidth from the memory clock (kHz) and bus width (bits), double data rate;
+    0 where the reader gave neither."""
+    return 2 * p.get("memory_clock_khz", 0) * p.get("memory_bus_bits", 0) // 8 // 1_000_000
 
 
 def _read_with_cuda_bindings(index: int) -> dict[str, Any] | None:
@@ -231,7 +239,9 @@ def _read_with_cuda_bindings(index: int) -> dict[str, Any] | None:
             "shared_memory_per_sm": get("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR"),
             "l2_bytes": get("CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE"),
             "clock_mhz": get("CU_DEVICE_ATTRIBUTE_CLOCK_RATE") // 1000,
-            "max_threads_per_sm": get("CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR")}
+            "max_threads_per_sm": get("CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR"),
+            "memory_clock_khz": get("CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE"),
+            "memory_bus_bits": get("CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH")}
 
 
 def _read_with_torch(index: int) -> dict[str, Any] | None:
@@ -244,4 +254,6 @@ def _read_with_torch(index: int) -> dict[str, Any] | None:
             "l2_bytes": getattr(p, "L2_cache_size", 0),
             "shared_memory_per_block": getattr(p, "shared_memory_per_block_optin", 0),
             "shared_memory_per_sm": getattr(p, "shared_memory_per_multiprocessor", 0),
-            "max_threads_per_sm": getattr(p, "max_threads_per_multi_processor", 0)}
+            "max_threads_per_sm": getattr(p, "max_threads_per_multi_processor", 0),
+            "memory_clock_khz": getattr(p, "memory_clock_rate", 0),
+            "memory_bus_bits": getattr(p, "memory_bus_width", 0)}

@@ -18,8 +18,9 @@ from taskloom.ir.dtypes import bfloat16, float16, float32
 from taskloom.schedule.contraction import match_contraction
 from taskloom.schedule.cuda.matmul_mma import CONFIGS, MmaConfig, mma_candidate, mma_kernel
 from taskloom.schedule.cuda.matmul_wgmma import WgmmaConfig
-from taskloom.schedule.cuda.mma_model import choose, cycles, space
+from taskloom.schedule.cuda.mma_model import Product, choose, space
 from taskloom.target import CudaTarget
+from tests.schedule.test_cuda_mma_model import assert_registers_estimated
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 rng = np.random.default_rng(0)
@@ -168,28 +169,25 @@ def test_configs_of_the_space_compute_the_product(config, shape):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
-def test_every_config_of_the_space_builds_without_spills(arch):
+def test_every_config_of_the_space_builds_without_spills_and_as_the_model_estimates(arch):
     a = half(128, 128)
     ai = input(a.shape, "float16", name="a")
     [group] = fuse_graph(Graph([ai], [ops.matmul(ai, taskloom.asarray(half(128, 128)))]))
     con = match_contraction(group.task, (float32, float16, bfloat16))
     fns = [mma_kernel(con, c, f"mm{k}") for k, c in enumerate(space())]
-    used = taskloom.build(fns, target=CudaTarget.from_arch(arch), device="emulator").built.resources
+    target = CudaTarget.from_arch(arch)
+    used = taskloom.build(fns, target=target, device="emulator").built.resources
     assert not [(c, used[f"mm{k}"]) for k, c in enumerate(space()) if used[f"mm{k}"].spills]
+    assert_registers_estimated(space(), used, target, prefix="mm")  # the model's occupancy holds
 
 
-def test_the_model_fills_the_gpu_and_keeps_large_tiles_for_large_products():
-    import types
+def test_the_model_keeps_large_tiles_for_large_products():
     for arch in ("sm_80", "sm_90a"):
         target = CudaTarget.from_arch(arch)
-        big = choose(types.SimpleNamespace(batch=1, M=4096, N=4096, K=4096), target)
+        big = choose(Product(1, 4096, 4096, 4096), target)
         # sm_90a takes Hopper's wgmma, whose tiles go larger at the same accumulators a thread
         assert (big.block_m, big.block_n) == ((128, 256) if arch == "sm_90a" else (128, 128))
         assert isinstance(big, WgmmaConfig) == (arch == "sm_90a")
-        bert = types.SimpleNamespace(batch=1, M=128, N=768, K=768)  # 48 tiles of 64x64 for 108-132 SMs
-        small = choose(bert, target)
-        tiles = -(-128 // small.block_m) * -(-768 // small.block_n)
-        assert tiles >= target.num_sms // 2 and cycles(bert, small, target) < cycles(bert, MmaConfig(), target)
     assert 50 <= len(space()) <= 200
 
 

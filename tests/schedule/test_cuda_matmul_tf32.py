@@ -19,6 +19,7 @@ from taskloom.runtime.emulator.values import tf32_round
 from taskloom.schedule.cuda.matmul_mma import CONFIGS, MmaConfig, mma_candidate
 from taskloom.schedule.cuda.mma_model import choose, space
 from taskloom.target import CudaTarget
+from tests.schedule.test_cuda_mma_model import assert_registers_estimated
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 rng = np.random.default_rng(0)
@@ -137,7 +138,7 @@ def test_a_float32_model_compiled_with_tf32_runs_on_tensor_cores():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
-def test_every_tf32_config_of_the_space_builds_without_spills(arch):
+def test_every_tf32_config_of_the_space_builds_without_spills_and_as_the_model_estimates(arch):
     a, b = input((128, 128), name="a"), input((128, 128), name="b")
     target = CudaTarget.from_string(f"cuda:{arch} -tf32")
     [group] = fuse_graph(Graph([a, b], [ops.matmul(a, b)]))
@@ -145,6 +146,7 @@ def test_every_tf32_config_of_the_space_builds_without_spills(arch):
     fns = [found.build(c, f"mm{k}").fn for k, c in enumerate(space(4))]
     used = taskloom.build(fns, target=target, device="emulator").built.resources
     assert not [(c, used[f"mm{k}"]) for k, c in enumerate(space(4)) if used[f"mm{k}"].spills]
+    assert_registers_estimated(space(4), used, target, 4, prefix="mm")  # the model's occupancy holds
 
 
 def test_float32_rows_of_any_length_come_by_cp_async():

@@ -20,6 +20,7 @@ from taskloom.ir.dtypes import bfloat16, float16, float32
 from taskloom.schedule.contraction import match_contraction
 from taskloom.schedule.cuda.matmul_wgmma import WgmmaConfig, wgmma_kernel
 from taskloom.target import CudaTarget
+from tests.schedule.test_cuda_mma_model import assert_registers_estimated
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 rng = np.random.default_rng(0)
@@ -129,7 +130,7 @@ def test_compiling_for_sm_90a_takes_wgmma_for_a_large_product(monkeypatch):
     assert "wgmma" not in taskloom.compile(graph, target=small, device="emulator").meta["kernels"][0]["schedule"]
 
 
-def test_every_config_builds_without_spills():
+def test_every_config_builds_without_spills_and_as_the_model_estimates():
     from taskloom.schedule.cuda.mma_model import wgmma_space
     a = input((512, 512), "float16", name="a")
     [group] = fuse_graph(Graph([a], [ops.relu(ops.matmul(a, taskloom.asarray(half(512, 512))))]))
@@ -140,6 +141,7 @@ def test_every_config_builds_without_spills():
     for i, c in enumerate(configs):
         used = module.built.resources[f"k{i}"]
         assert used.spill_stores == used.spill_loads == 0, c
+    assert_registers_estimated(configs, module.built.resources, SM90A)  # the model's occupancy holds
 
 
 def test_a_producer_warpgroup_prints_and_parses_back():

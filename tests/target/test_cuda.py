@@ -83,10 +83,13 @@ def test_code_runs_on_same_major_architecture():
 def test_a_device_read_from_the_driver_fills_the_target(monkeypatch):
     props = {"name": "NVIDIA H100 80GB HBM3", "major": 9, "minor": 0, "num_sms": 132,
              "shared_memory_per_block": 232448, "shared_memory_per_sm": 233472,
-             "l2_bytes": 52428800, "clock_mhz": 1980, "max_threads_per_sm": 2048}
+             "l2_bytes": 52428800, "clock_mhz": 1980, "max_threads_per_sm": 2048,
+             "memory_clock_khz": 2619000, "memory_bus_bits": 5120}
     monkeypatch.setattr(cuda_module, "_read_device", lambda index: cuda_module._from_properties(props))
     device = get_target("cuda")
     assert device.name == props["name"] and device.arch == "sm_90a" and device.l2_bytes == 52428800
+    assert device.dram_gbs == 3352  # 2 transfers a clock of 2619 MHz over 640 bytes
+    assert cuda_module._from_properties({**props, "memory_clock_khz": 0}).dram_gbs == 3352  # the preset's
     assert get_target("cuda:sm_90").name == props["name"]  # the GPU here serves its own arch
     assert get_target("cuda:sm_80").name.endswith("(sm_80 preset)")
 

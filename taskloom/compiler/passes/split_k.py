@@ -17,9 +17,9 @@ rounded once, as the unsplit product's.
 
 ``s`` is chosen by the analytic model (:mod:`~taskloom.schedule.cuda.mma_model`): the split
 whose product plus summation it prices lowest, where that is at least ``GAIN`` times
-faster than the product whole. The model does not price a block's latency, which is what
-the split hides, so it is cautious here. The split has not been timed on a GPU yet, so it
-is off unless asked for: ``TASKLOOM_SPLIT_K=auto`` splits where the model says so, and
+faster than the product whole (the model prices the k-steps' latency a split hides, from
+one measured kernel; the margin is for what it misses). The split has not been timed on a
+GPU yet, so it is off unless asked for: ``TASKLOOM_SPLIT_K=auto`` splits where the model says so, and
 ``TASKLOOM_SPLIT_K=4`` (2, 4 or 8) splits every linear whose K allows it into that many parts,
 for measuring.
 """
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import math
 import os
-import types
 
 from taskloom import ops
 from taskloom.compiler.passes.pad_rows import on_tensor_cores
@@ -86,14 +85,13 @@ def _divides(k: int, s: int) -> bool:
 
 def _best_split(m: int, n: int, k: int, nbytes: int, target: Target) -> int | None:
     """The number of parts the model prices fastest, if GAIN times faster than none."""
-    from taskloom.schedule.cuda.mma_model import cycles, target_space
+    from taskloom.schedule.cuda.mma_model import Product, cycles, hardware, target_space
     configs = target_space(target, nbytes)  # type: ignore[arg-type]
 
     def product(batch: int, kk: int) -> float:
-        con = types.SimpleNamespace(batch=batch, M=m, N=n, K=kk)
-        return min(cycles(con, c, target, nbytes) for c in configs)  # type: ignore[arg-type]
+        return min(cycles(Product(batch, m, n, kk), c, target, nbytes) for c in configs)  # type: ignore[arg-type]
     whole = product(1, k)
-    l2_bytes_a_cycle = 48 * target.num_sms  # type: ignore[attr-defined]
+    l2_bytes_a_cycle = hardware(target).l2_bytes * target.num_sms  # type: ignore[attr-defined, arg-type]
     priced = {s: product(s, k // s) + LAUNCH_CYCLES + (s * 4 + nbytes) * m * n / l2_bytes_a_cycle
               for s in SPLITS if _divides(k, s)}
     best = min(priced, key=priced.__getitem__, default=None)

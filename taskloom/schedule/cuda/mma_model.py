@@ -15,43 +15,85 @@ on a side in steps of 64 along K, one or two warpgroups of at most 128 accumulat
 three to five stages within the shared memory a block may opt in to, the factors copied by
 ``cp.async``, by TMA, or by TMA from a producer warpgroup of their own.
 
-**The model** prices a config on a contraction (batch, M, N, K) as the busiest SM's time:
-its share of the blocks (``ceil(blocks / SMs)``, so a tile that leaves SMs idle, or a last
-wave of one block, costs what it costs), each block the larger of
+**The model** prices a config on a contraction (batch, M, N, K) after Roller, from the tiles
+and the target alone: the busiest SM runs ``ceil(blocks / SMs)`` blocks, as many at once as
+its registers, shared memory and threads hold (:func:`blocks_per_sm`, the registers
+estimated from the tile, :func:`registers`), in rounds. A round costs a load's latency to
+fill the pipeline, its k-steps, and the store of its tiles; a k-step costs the most of
 
-- its tensor-core time: the padded tile's multiply-adds at the SM's mma rate (wgmma's twice
-  ``mma.sync``'s on Hopper), and
-- its load time: the A and B tiles it reads, at the SM's share of the L2 bandwidth.
+- the tensor cores: the round's multiply-adds on the busiest of the SM's four sub-partitions
+  (a warp keeps to one; a block of two warps leaves half the tensor cores idle, and a
+  warpgroup's wgmma spans all four at twice ``mma.sync``'s rate on Hopper),
+- one warp's own step: its mma time and the latency nothing hides when it is alone on its
+  sub-partition (ldmatrix to mma, the barrier, the pipeline's wait),
+- the round's tile reads at the SM's share of the L2 bandwidth, and
+- the pipeline: a step requested ``stages - 1`` steps ahead (wgmma: ``stages - 2``, one
+  group stays in flight) must arrive within them.
 
-Small tiles fill more SMs but read more bytes per multiply-add; the model weighs the two.
-The rates are per-architecture estimates from NVIDIA's published peaks (dense fp16
-``mma.sync``, tf32 at half of it; Hopper's ``mma.sync`` taken at half its ``wgmma`` peak), not
-measurements: they rank configs, and a tuning record, once measured, takes precedence.
+The whole is at least the DRAM time of reading each factor once and writing C.
+:data:`HARDWARE` holds the rates and latencies per architecture: NVIDIA's published peaks,
+derated and given latencies by the H100 kernels Nsight Compute timed
+(``bench/results/2026-11-27-h100-first-run.md``; :data:`ANCHORS` pins them). They rank
+configs and forecast times; a tuning record, once measured, takes precedence.
 """
 from __future__ import annotations
 
 import itertools
 import math
 import os
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from taskloom.schedule.contraction import Contraction
 from taskloom.ir.dtypes import float32
+from taskloom.schedule.cuda import occupancy
 from taskloom.schedule.cuda.matmul_mma import MmaConfig, factor_type
 from taskloom.schedule.cuda.matmul_wgmma import WgmmaConfig
 from taskloom.target.cuda import CudaTarget
 
 #: the most shared memory a config may take: one block of it fits an SM of every architecture
-#: here, two fit sm_90's 228 KiB (the model does not count the blocks an SM holds at once)
+#: here, two fit sm_90's 228 KiB
 SHARED_LIMIT = 96 * 1024
 MAX_WARP_TILE = 64 * 64
-#: per compute-capability major: (fp16 multiply-adds an SM's tensor cores do a clock with
-#: mma.sync, bytes an SM reads from L2 a clock)
-RATES = {8: (1024, 32), 9: (1024, 48)}
-WGMMA_RATE = 2048  # fp16 multiply-adds an H100 SM's tensor cores do a clock with wgmma
 #: the most float32 accumulators a thread of a wgmma config holds (past it, registers spill)
 MAX_ACCUMULATORS = 128
 TensorCoreConfig = MmaConfig | WgmmaConfig
+
+
+@dataclass(frozen=True)
+class Product:
+    """The sizes the model prices: a :class:`~taskloom.schedule.contraction.Contraction`'s,
+    or these where there is none yet (a split being weighed, a benchmark's shape)."""
+
+    batch: int
+    M: int
+    N: int
+    K: int
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What the model prices with, per SM and in its clock cycles."""
+
+    mma_rate: float      # 16-bit multiply-adds an SM's tensor cores do a clock with mma.sync
+    wgmma_rate: float    # the same with wgmma (0: none)
+    l2_bytes: float      # bytes an SM reads from L2 a clock
+    load_latency: int    # a tile's request to its arrival in shared memory
+    step_latency: int    # what a k-step of a warp alone on its sub-partition leaves exposed
+    wgmma_step_latency: int  # the same for a warpgroup's asynchronous wgmma step
+    block_overhead: int  # a block's start, and its accumulators' store past the last step
+
+
+#: per compute-capability major. Rates: NVIDIA's dense fp16 peaks (A100 312, H100 SXM 989
+#: TFLOP/s; Hopper's mma.sync at half its wgmma rate) times 0.93, what the H100's 4096³
+#: kernel sustained of the model's time; latencies: the H100's 128x3072x768 kernel's 24 steps
+#: of one warp to a sub-partition (9.5 us where the tensor cores needed 3.4).
+HARDWARE = {8: Hardware(952, 0, 32, 700, 370, 0, 1500),
+            9: Hardware(952, 1905, 48, 700, 370, 150, 1500)}
+#: the kernels Nsight Compute timed on an H100 (one launch each, SM clock as found), which
+#: :data:`HARDWARE` was set from: (arch, (batch, M, N, K), config, cycles measured)
+ANCHORS = (("sm_90a", Product(1, 4096, 4096, 4096), MmaConfig(128, 128, 32, (2, 2), 4), round(333.7e-6 * 1.71e9)),
+           ("sm_90a", Product(1, 128, 3072, 768), MmaConfig(64, 64, 32, (1, 2), 4), round(9.54e-6 * 1.81e9)))
 
 
 def _fits(c: MmaConfig, element_bytes: int, shared: int) -> bool:
@@ -88,20 +130,63 @@ def wgmma_space(shared: int) -> list[WgmmaConfig]:
     return out
 
 
-def cycles(con: Contraction, c: TensorCoreConfig, target: CudaTarget, element_bytes: int = 2) -> float:
+#: a thread's registers as ptxas (CUDA 13) allots them, fit by least squares over the space
+#: built for two products (128³, and 512³ with an epilogue): for mma.sync per (major, factor
+#: bytes), (accumulators, fragment registers a k-step loads, stages, constant); for wgmma per
+#: copy, (accumulators, stages, constant)
+MMA_REGISTERS = {(8, 2): (1.13, 1.25, 5, 25), (9, 2): (1.17, 0.92, 1.5, 25), (4,): (1.23, 0.42, 1.75, 45.5)}
+WGMMA_REGISTERS = {"cp.async": (1.24, 0.1, 31), "tma": (1.05, 2.7, 19)}
+
+
+def hardware(target: CudaTarget) -> Hardware:
+    """The model's numbers for ``target``'s architecture."""
+    return HARDWARE.get(target.compute_capability[0], HARDWARE[8])
+
+
+def registers(c: TensorCoreConfig, element_bytes: int = 2, major: int = 9) -> int:
+    """A thread's registers as ptxas allots them for ``c`` on compute capability ``major``,
+    estimated from its tile before anything is built (within about 20 of ptxas's count on
+    average; a test holds the estimate to ptxas over the space). At most 255: past it ptxas
+    spills."""
+    if isinstance(c, WgmmaConfig):
+        if c.specialized:  # ptxas reports the launch's share of setmaxnreg's 232 and 40
+            return 168 if c.warpgroups == 2 and c.accumulators > 32 else round(1.2 * c.accumulators + 16)
+        per_acc, per_stage, base = WGMMA_REGISTERS["tma" if c.tma else "cp.async"]
+        return min(255, round(per_acc * c.accumulators + per_stage * c.stages + base))
+    wm, wn = c.warp_tile
+    fragments = (wm // 16 * 4 + wn // 8 * 2) * element_bytes // 2
+    per_acc, per_fragment, per_stage, base = MMA_REGISTERS[(4,) if element_bytes == 4 else (min(major, 9), 2)]
+    return min(255, round(per_acc * wm * wn / 32 + per_fragment * fragments + per_stage * c.stages + base))
+
+
+def blocks_per_sm(c: TensorCoreConfig, target: CudaTarget, element_bytes: int = 2) -> int:
+    """The blocks of ``c`` an SM of ``target`` holds at once (0: none fits), by
+    :func:`~taskloom.schedule.cuda.occupancy.blocks_per_sm`."""
+    return occupancy.blocks_per_sm(target, c.threads, registers(c, element_bytes, target.compute_capability[0]),
+                                   c.shared_bytes(element_bytes))
+
+
+def cycles(con: "Contraction | Product", c: TensorCoreConfig, target: CudaTarget, element_bytes: int = 2) -> float:
     """The model's clock cycles for ``con`` with ``c`` on ``target``, its factors of
-    ``element_bytes`` (4: tf32, at half the 16-bit rate)."""
-    macs, l2 = RATES.get(target.compute_capability[0], RATES[8])
-    macs = WGMMA_RATE if isinstance(c, WgmmaConfig) else macs if element_bytes == 2 else macs // 2
+    ``element_bytes`` (4: tf32, at half the 16-bit rate); see the module docstring."""
+    hw = hardware(target)
+    wgmma = isinstance(c, WgmmaConfig)
+    rate = hw.wgmma_rate if wgmma else hw.mma_rate if element_bytes == 2 else hw.mma_rate / 2
+    warps = 4 * c.warpgroups if wgmma else c.threads // 32  # the warps that multiply
     blocks = math.ceil(con.M / c.block_m) * math.ceil(con.N / c.block_n) * con.batch
-    k = math.ceil(con.K / c.block_k) * c.block_k
-    compute = c.block_m * c.block_n * k / macs
-    loads = (c.block_m + c.block_n) * k * element_bytes / l2
-    # one step requested ahead leaves a load exposed each step (mma.sync requests stages - 1
-    # ahead, wgmma stages - 2); one warp leaves mma idle on the copies
-    ahead = c.stages - (2 if isinstance(c, WgmmaConfig) else 1)
-    exposed = (1.25 if ahead < 2 else 1.0) * (1.2 if c.threads == 32 else 1.0)
-    return math.ceil(blocks / target.num_sms) * max(compute, loads) * exposed
+    per_sm = math.ceil(blocks / target.num_sms)
+    together = min(per_sm, max(blocks_per_sm(c, target, element_bytes), 1))
+    steps = math.ceil(con.K / c.block_k)
+    warp_step = c.block_m * c.block_n * c.block_k / warps / (rate / 4)  # a warp's mma time a step
+    tensor = math.ceil(together * warps / 4) * warp_step
+    alone = warp_step + (hw.wgmma_step_latency if wgmma else hw.step_latency)
+    reads = together * (c.block_m + c.block_n) * c.block_k * element_bytes / hw.l2_bytes
+    ahead = max(c.stages - (2 if wgmma else 1), 1)
+    step = max(tensor, alone, reads, hw.load_latency / ahead)
+    stores = together * c.block_m * c.block_n * element_bytes / hw.l2_bytes
+    sm = math.ceil(per_sm / together) * (hw.load_latency + steps * step + stores + hw.block_overhead)
+    dram = (con.M * con.K + con.K * con.N + con.M * con.N) * con.batch * element_bytes
+    return max(sm, dram / (target.dram_gbs * 1e3 / target.clock_mhz))
 
 
 def element_bytes(con: Contraction, target: CudaTarget) -> int:
@@ -128,7 +213,7 @@ def config_from_dict(d: Mapping[str, Any]) -> TensorCoreConfig:
     return WgmmaConfig.from_dict(d) if d.get("kind") == "wgmma" else MmaConfig.from_dict(d)
 
 
-def choose(con: Contraction, target: CudaTarget) -> TensorCoreConfig:
+def choose(con: "Contraction | Product", target: CudaTarget) -> TensorCoreConfig:
     """The config of least modelled time; ties go to the larger tile, then more stages, then
     a producer warpgroup, then TMA (which the model does not price: they take the copies off
     the threads that multiply)."""
@@ -136,7 +221,7 @@ def choose(con: Contraction, target: CudaTarget) -> TensorCoreConfig:
     return min(target_space(target, nbytes), key=lambda c: rank(con, c, target, nbytes))
 
 
-def rank(con: Contraction, c: TensorCoreConfig, target: CudaTarget, nbytes: int) -> tuple:
+def rank(con: "Contraction | Product", c: TensorCoreConfig, target: CudaTarget, nbytes: int) -> tuple:
     """The order :func:`choose` takes configs in: modelled time, then the tie-breaks."""
     return (cycles(con, c, target, nbytes), -c.block_m * c.block_n, -c.stages, -getattr(c, "specialized", False),
             -getattr(c, "tma", False))

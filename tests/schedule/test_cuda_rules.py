@@ -148,3 +148,22 @@ def test_half_precision_rows_reduce_in_float32(op):
     want = (v - v.mean(-1, keepdims=True)) / np.sqrt(v.var(-1, keepdims=True) + 1e-5) if op == "layer_norm" \
         else v.mean(-1)
     np.testing.assert_allclose(out.astype(np.float32), want, rtol=2e-3, atol=5e-3)
+
+
+def test_a_reduction_inside_one_that_it_reads_the_axes_of_is_computed_in_its_loop():
+    """float32 attention goes to the rules: a key's score (a sum over the head) inside the
+    softmax's max and sum over keys, the max computed once before the sum."""
+    torch = pytest.importorskip("torch")
+    ins = [input((2, 5, 3, 24), name=x) for x in "qkv"]  # float32, head size 24: not the template's
+    out = ops.attention(*(ops.permute(t, (0, 2, 1, 3)) for t in ins), causal=True)
+    [group] = [g for g in fuse_graph(Graph(ins, [out])) if "attention" in g.ops]
+    fn = schedule_task_cuda(group.task, A100, "att")
+    module = taskloom.build(fn, target=A100, device="emulator")
+    data = [torch.randn(2, 5, 3, 24) for _ in ins]
+    got = torch.zeros(2, 3, 5, 24)
+    module["att"](*[data["qkv".index(t.name)] for t in group.inputs], got)
+    want = torch.nn.functional.scaled_dot_product_attention(*(d.permute(0, 2, 1, 3) for d in data), is_causal=True)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    source = module.built.source_path.read_text()
+    loops = [line.strip() for line in source.splitlines() if line.strip().startswith("for (int32_t")]
+    assert len(loops) == 2 * 4  # max then sum, each over keys, each key's score over the head; twice

@@ -63,25 +63,61 @@ def _identity(kind: str, t: DataType) -> E.Expr:
 
 
 def _reduce_serially(value: E.Expr, names: NameGen) -> tuple[E.Expr, list[S.Stmt]]:
-    """Each reduction in ``value`` (innermost first) computed into a register by a loop
-    nest; the value reading those registers."""
+    """Each reduction in ``value`` computed into a register by a loop nest; the value reading
+    those registers. A reduction that reads none of the axes of those around it is computed
+    first, once (a softmax's max, before the sum over keys that uses it); one that reads them
+    (attention's score of a key, inside that sum) is computed inside their loop."""
+    return _lower_reductions(_FreshAxes(names).visit(value), names)
+
+
+def _lower_reductions(value: E.Expr, names: NameGen) -> tuple[E.Expr, list[S.Stmt]]:
+    """:func:`_reduce_serially` of a value whose reductions bind axes of their own."""
     pre: list[S.Stmt] = []
     while True:
-        todo = [r for r in collect(value, ReduceCompute) if not collect(r.value, ReduceCompute)]  # type: ignore[attr-defined]
-        if not todo:
+        reductions = collect(value, ReduceCompute)
+        if not reductions:
             return value, pre
-        r: ReduceCompute = todo[0]  # type: ignore[assignment]
+        # ready: reading no axis of another reduction, so computable here; of those, one with
+        # no ready one inside it (that one goes first, once, not once an iteration)
+        bound = {a for r in reductions for a in r.axes}  # type: ignore[attr-defined]
+        ready = [r for r in reductions if not _outer_reads(r) & bound]  # type: ignore[arg-type]
+        r: ReduceCompute = next(r for r in ready if not any(o is not r and _contains(r, o) for o in ready))  # type: ignore
+
         if r.kind not in _COMBINE:
             raise ScheduleError(f"the CUDA rules do not compute {r.kind} reductions yet")
         acc = E.Var(names.fresh(f"{r.kind}_acc"), r.type)
-        axes = {a: E.Var(names.fresh(a.name), index_type) for a in r.axes}
-        body: S.Stmt = S.Assign(acc, E.binary(_COMBINE[r.kind], acc, substitute(r.value, axes)))
-        for a, d in reversed(list(zip(axes.values(), r.shape))):
+        term, inside = _lower_reductions(r.value, names)  # what reads its axes, inside its loop
+        body: S.Stmt = S.seq([*inside, S.Assign(acc, E.binary(_COMBINE[r.kind], acc, term))])
+        for a, d in reversed(list(zip(r.axes, r.shape))):
             body = S.For(a, d, body)
         pre += [S.Declare(acc, _identity(r.kind, r.value.type)), body]  # type: ignore[arg-type]
         if r.kind == "mean":
             pre.append(S.Assign(acc, acc / E.cast(prod(r.shape), r.value.type)))  # type: ignore[arg-type]
         value = _Replace(r, acc).visit(value)
+
+
+class _FreshAxes(Rewriter):
+    """Every reduction's axes renamed apart: a definition may bind one variable in two nested
+    reductions (the max and the sum over keys of a softmax), and a substitution for the
+    outer one must not reach into the inner one."""
+
+    def __init__(self, names: NameGen):
+        self.names = names
+
+    def visit_ReduceCompute(self, r: ReduceCompute) -> E.Expr:
+        axes = tuple(E.Var(self.names.fresh(a.name), index_type) for a in r.axes)
+        value = substitute(self.visit(r.value), dict(zip(r.axes, axes)))
+        return ReduceCompute(tuple(self.visit(d) for d in r.shape), axes, value, r.kind)
+
+
+def _outer_reads(r: ReduceCompute) -> set[E.Var]:
+    """The variables ``r`` reads that neither it nor a reduction inside it binds."""
+    own = {a for x in (r, *collect(r.value, ReduceCompute)) for a in x.axes}  # type: ignore[attr-defined]
+    return E.free_vars(r.value) - own
+
+
+def _contains(outer: E.Expr, r: E.Expr) -> bool:
+    return any(x is r for x in collect(outer.value, ReduceCompute))  # type: ignore[attr-defined]
 
 
 class _Replace(Rewriter):

@@ -43,7 +43,7 @@ export -f facts
         echo "== Hopper's instructions failed: TASKLOOM_WGMMA=0 for the rest of the session"
     fi
     step 120 python3 -m pytest -q -p no:cacheprovider -m cuda -n 16 --timeout 100 --tb=short -rfE ${skip[@]+"${skip[@]}"} \
-        tests/gpu tests/runtime/test_device.py tests/frontend/test_torch_cuda.py tests/compiler/test_cuda_graph.py \
+        tests/gpu tests/runtime/test_device.py tests/frontend/test_torch_cuda.py tests/compiler/test_cuda_graph.py tests/compiler/test_cuda_dynamic.py \
         tests/bench/test_gpu.py tests/tune/test_cuda_tuner.py tests/backend/test_nvrtc.py
     # the Hopper template's first check as a model compiles it: where it fails, the rest runs without it
     if [ "${TASKLOOM_WGMMA:-1}" != 0 ] && ! step 45 python3 bench/gpu_session.py --out "$OUT" --stages wgmma_smoke; then

@@ -314,11 +314,15 @@ class _CudaKernelCodegen(CFamilyCodegen):
 
 
 def cuda_param_type(p: E.Var) -> str:
-    """The CUDA C++ type of a kernel's buffer parameter ``p`` (without ``const``), which a
-    graph's launcher casts the ``void*`` of its tables to."""
+    """The CUDA C++ type of a kernel's parameter ``p`` (without ``const``), which a graph's
+    launcher casts the entries of its tables to: a buffer's pointer type, or a size's
+    integer type (a dynamic graph's symbol)."""
     t = p.type
+    if isinstance(t, DataType) and t.is_integer():
+        return c_type(t, p.name)
     if not isinstance(t, (TensorType, PointerType)):
-        raise CodegenError(f"parameter '{p.name}' is a {t!r} scalar; a compiled graph's kernels take buffers only")
+        raise CodegenError(f"parameter '{p.name}' is a {t!r} scalar; a compiled graph's kernels take buffers "
+                           "and integer sizes only")
     base = t.dtype if isinstance(t, TensorType) else t.base
     return f"{_HALF.get(base.name, None) or c_type(base, p.name)}*"  # type: ignore[union-attr]
 

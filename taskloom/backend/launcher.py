@@ -108,17 +108,28 @@ def _arg(r: Ref) -> str:
     return f"(void*)({r.c()})" if r.kind in ("arena", "slot") else r.c()
 
 
-def cuda_launcher_source(calls: Sequence[Call]) -> str:
+def cuda_launcher_source(calls: Sequence[Call | Dispatch], dynamic: bool = False) -> str:
     """The CUDA host code of a graph's launcher for ``calls`` (see above): each argument
-    cast to the type of the kernel's parameter, the first launch error returned."""
-    params = "void* const* w, void* const* in, void* const* out, char* arena, tl_status* st, void* stream"
-    lines = ["", f'extern "C" int {ENTRY}({params}) {{', "  int error;"]
+    cast to the type of the kernel's parameter, the first launch error returned;
+    ``dynamic`` as in :func:`launcher_source`."""
+    params = "void* const* w, void* const* in, void* const* out, char* arena, tl_status* st"
+    if dynamic:
+        params += ", const int64_t* sym, const int64_t* off, const int64_t* var"
+    lines = ["", f'extern "C" int {ENTRY}({params}, void* stream) {{', "  int error;"]
     for c in calls:
-        if len(c.types) != len(c.args):
-            raise ValueError(f"launcher: call of {c.symbol} has {len(c.args)} arguments and {len(c.types)} types")
-        args = [f"({t})({r.c()})" for r, t in zip(c.args, c.types)] + (["st"] if c.status else [])
         if c.note:
             lines.append(f"  // {c.note}")
-        lines.append(f"  if ((error = launch_{c.symbol}({', '.join([*args, 'stream'])}))) return error;")
+        lines.append(_cuda_invocation(c))
     lines += ["  return 0;", "}"]
     return "\n".join(lines) + "\n"
+
+
+def _cuda_invocation(c: Call | Dispatch) -> str:
+    if isinstance(c, Dispatch):
+        cases = [f"    case {k}:{_cuda_invocation(v)[1:]} break;" for k, v in enumerate(c.calls) if k]
+        return "\n".join([f"  switch (var[{c.choice}]) {{", *cases,
+                          f"    default:{_cuda_invocation(c.calls[0])[1:]}", "  }"])
+    if len(c.types) != len(c.args):
+        raise ValueError(f"launcher: call of {c.symbol} has {len(c.args)} arguments and {len(c.types)} types")
+    args = [f"({t})({r.c()})" for r, t in zip(c.args, c.types)] + (["st"] if c.status else [])
+    return f"  if ((error = launch_{c.symbol}({', '.join([*args, 'stream'])}))) return error;"

@@ -123,6 +123,8 @@ def schedule_variants(task: Task, target: Target, points: Sequence[Mapping[str, 
         att = found.tunable
         kept, table = choose_variants([choose_attention_cpu(att, target, evaluate((att.L,), p)[0]) for p in points])
         return [found.build(c, name if k == 0 else f"{name}_v{k}") for k, c in enumerate(kept)], table
+    if found is not None and found.template == "matmul_mma" and not found.tunable.static:  # type: ignore[attr-defined]
+        return _mma_variants(found, target, points, name)
     if found is None or found.template != "matmul_cpu" or found.tunable.con.static:  # type: ignore[attr-defined]
         return [schedule_kernel(task, target, name, 0, None, constants, weights_stream)], [0] * len(points)
     t = found.tunable  # type: ignore[attr-defined]
@@ -143,6 +145,20 @@ def schedule_variants(task: Task, target: Target, points: Sequence[Mapping[str, 
         def loss(nv: int) -> float:
             return sum(math.log(cost(k, c) / cost(k, best)) for k, (c, best) in enumerate(zip(at_width(nv), configs)))
         kept, table = choose_variants(at_width(min(sorted({c.nv for c in configs}), key=loss)), cost)
+    return [found.build(c, name if k == 0 else f"{name}_v{k}") for k, c in enumerate(kept)], table
+
+
+def _mma_variants(found: Candidate, target: Target, points: Sequence[Mapping[str, int]],
+                  name: str) -> tuple[list[Scheduled], list[int]]:
+    """The tensor-core template's variants for a contraction with symbolic rows: the GPU
+    model's config at each sample point, those that pay kept (nothing measured)."""
+    from taskloom.compiler.dynamic import choose_variants, evaluate
+    from taskloom.schedule.cuda.mma_model import Product, cycles, element_bytes
+    con = found.tunable
+    nbytes = element_bytes(con, target)  # type: ignore[arg-type]
+    shapes = [Product(*evaluate(con.shape, p)) for p in points]  # type: ignore[attr-defined]
+    kept, table = choose_variants([choose_mma(con, target, at) for at in shapes],  # type: ignore[arg-type]
+                                  lambda k, c: cycles(shapes[k], c, target, nbytes))  # type: ignore[arg-type]
     return [found.build(c, name if k == 0 else f"{name}_v{k}") for k, c in enumerate(kept)], table
 
 

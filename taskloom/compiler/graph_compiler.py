@@ -12,7 +12,7 @@ from taskloom.backend.codegen_c import c_symbol
 from taskloom.backend.codegen_cuda import cuda_param_type
 from taskloom.backend.launcher import Call, Dispatch, Ref, cuda_launcher_source, launcher_source
 from taskloom.errors import TaskloomError
-from taskloom.graph.graph import Graph, GraphError
+from taskloom.graph.graph import Graph
 from taskloom.ir import expr as E
 from taskloom.ir.dtypes import DataType
 from taskloom.compiler.dynamic import graph_symbols, ladder, sample_points, shape_entries
@@ -72,10 +72,6 @@ def compile_graph(graph: Graph, target: Target | str | None = None, *, tune: int
     timings: dict[str, float] = {}  # seconds per phase, in meta["timings"]
     graph = _passes(graph, tgt, optimize, layout == "auto")
     symbols = graph_symbols(graph, ranges or {})
-    if symbols and cuda:
-        raise TaskloomError(f"compile(): the graph's inputs have symbolic dimensions ({', '.join(symbols)}); "
-                            "CUDA targets compile static shapes only so far: give example inputs of "
-                            "one shape, or compile for the CPU")
     timings["passes"] = time.perf_counter() - started
     phase = time.perf_counter()
     groups = fuse_graph(graph) if fuse else [FusedGroup.single(n) for n in graph.nodes]
@@ -303,7 +299,7 @@ def _finish_cpu(functions: list, calls: list[Call], tgt: Target, meta: dict[str,
     return CompiledGraph(lib.lib_path, meta, arrays)
 
 
-def _finish_cuda(functions: list, calls: list[Call], tgt: Any, meta: dict[str, Any], arrays: list[np.ndarray],
+def _finish_cuda(functions: list, calls: list[Call | Dispatch], tgt: Any, meta: dict[str, Any], arrays: list[np.ndarray],
                  timings: dict[str, float], device: str) -> Any:
     """One CUDA library: the kernels and the host launcher, run on ``device``."""
     from taskloom.backend.build import build_cuda_library
@@ -314,10 +310,15 @@ def _finish_cuda(functions: list, calls: list[Call], tgt: Any, meta: dict[str, A
     # the build takes the same lowered kernels
     lowered = [lower(f) for f in functions]
     names = {c_symbol(f.name): f.name for f in functions}  # (a call may run a kernel built for an earlier group)
-    meta.update(calls=[{"kernel": names[c.symbol], "args": [[r.kind, r.index] for r in c.args]} for c in calls],
+
+    def entry(c: Call) -> dict[str, Any]:
+        return {"kernel": names[c.symbol], "args": [[r.kind, r.index] for r in c.args]}
+    meta.update(calls=[{"choice": c.choice, "variants": [entry(v) for v in c.calls]} if isinstance(c, Dispatch)
+                       else entry(c) for c in calls],
                 kernel_ir=[astext(f) for f in lowered])
     record = record_source(graph_record(meta, [(c.dtype.name, c.shape) for c in arrays]))
-    built = build_cuda_library(functions, tgt, name="graph", extra_source=cuda_launcher_source(calls) + record,
+    built = build_cuda_library(functions, tgt, name="graph",
+                               extra_source=cuda_launcher_source(calls, "dynamic" in meta) + record,
                                timings=timings, lowered=lowered)
     meta.update(source=str(built.source_path), timings=timings)
     return CudaCompiledGraph(built, meta, arrays, device)

@@ -163,7 +163,6 @@ def from_onnx(path_or_model: Any, input_shapes: InputShapes = None, *,
     it (:mod:`~taskloom.frontend.onnx_fallback`), one warning line says what fell back, and
     the result's ``fallbacks`` lists each node and why."""
     from taskloom.compiler.graph_compiler import compile_graph
-    from taskloom.target import get_target
     converter, graph = _converted(path_or_model, input_shapes, constants, fallback)
     symbolic = [t.name for t in converter.inputs if has_symbolic_shape(t)]
     if converter.fell:
@@ -175,8 +174,6 @@ def from_onnx(path_or_model: Any, input_shapes: InputShapes = None, *,
             part, target, verbose=verbose, tune=tune, budget=budget, layout=layout, device=device))
         onnx_fallback.warn(model)
         return model  # type: ignore[return-value]
-    if symbolic and get_target(target).kind == "cuda":
-        raise _static_only(symbolic, "", "CUDA targets compile static shapes only so far")
     return compile_graph(graph, target,
                          verbose=verbose, tune=tune, budget=budget, layout=layout, device=device,
                          ranges=dict(dynamic) if dynamic else None)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -26,12 +27,17 @@ from taskloom.backend.build import BuiltCudaLibrary
 from taskloom.errors import ArgumentError, LoadError, TaskloomError
 from taskloom.runtime import saved_file
 from taskloom.runtime.library_file import load_private
-from taskloom.ir.arith import simplify_expr
 from taskloom.ir.dtypes import TensorType, dtype as ir_dtype
 from taskloom.runtime.cuda_module import DEVICES, require_gpu
 from taskloom.runtime.device import CpuDevice, CudaDevice, pointer_table
+from taskloom.runtime.emulator import values
+from taskloom.runtime.emulator.launch import evaluate
+from taskloom.runtime.shape_binding import Binding, ShapeBinder
 
 ENTRY = "taskloom_graph"
+#: the sets of sizes of a dynamic graph whose captured calls are kept (each holds its inputs
+#: and outputs on the GPU)
+CAPTURED_SIZES = 8
 
 
 class CudaCompiledGraph:
@@ -52,8 +58,8 @@ class CudaCompiledGraph:
         self._kernels = {f.name: f for f in built.kernels}
         self._lock = threading.Lock()  # one arena: calls run one at a time
         self._gpu: _GpuState | None = _GpuState(self, library) if device == "cuda" else None
-        self._arena = CpuDevice().allocate(int(meta["arena_bytes"]) + 64, "the arena of its intermediates").owner \
-            if device == "emulator" else None
+        self._binder = ShapeBinder(meta) if "dynamic" in meta else None
+        self._arena = _host_arena(int(meta["arena_bytes"])) if device == "emulator" else None
         self.last_reports: list[Any] = []  # the emulator's counters of each kernel of the last call
 
     def __repr__(self) -> str:
@@ -63,9 +69,20 @@ class CudaCompiledGraph:
         if len(args) != len(self.inputs):
             names = ", ".join(i["name"] for i in self.inputs)
             raise ArgumentError(f"the compiled graph takes {len(self.inputs)} inputs ({names}), got {len(args)}")
+        binding = self._binder.bind([tuple(np.shape(a)) for a in args]) if self._binder is not None else None
         with self._lock:
-            outs = self._run_gpu(args) if self._gpu is not None else self._run_emulator(args)
+            outs = self._run_gpu(args, binding) if self._gpu is not None else self._run_emulator(args, binding)
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def output_shapes(self, binding: Binding | None) -> list[tuple[int, ...]]:
+        """This call's output shapes: the meta's, or a dynamic graph's for its sizes."""
+        return list(binding.output_shapes) if binding is not None else [tuple(o["shape"]) for o in self.outputs]
+
+    def _calls(self, binding: Binding | None) -> list[dict[str, Any]]:
+        """The launcher's calls in order, each kernel built in variants as the one ``binding``'s
+        sizes chose."""
+        return [c["variants"][binding.var[c["choice"]] if binding is not None else 0] if "variants" in c else c
+                for c in self.meta["calls"]]
 
     def save(self, path: str | os.PathLike, *, key: str | bytes | None = None) -> None:
         """One file as :meth:`CompiledGraph.save <taskloom.runtime.CompiledGraph.save>` writes:
@@ -106,37 +123,44 @@ class CudaCompiledGraph:
         return cls(built, meta, constants, device, library, lib)
 
     # ------------------------------------------------------------------ the emulator
-    def _run_emulator(self, args: Sequence[Any]) -> list[np.ndarray]:
+    def _run_emulator(self, args: Sequence[Any], binding: Binding | None) -> list[np.ndarray]:
         from taskloom.runtime.emulator import run_kernel
-        tables = {"w": self.constants, "in": [self._host_input(k, a) for k, a in enumerate(args)],
-                  "out": [np.empty(o["shape"], _numpy(o["dtype"])) for o in self.outputs]}
+        tables = {"w": self.constants, "in": [self._host_input(k, a, binding) for k, a in enumerate(args)],
+                  "out": [np.empty(shape, _numpy(o["dtype"])) for o, shape in zip(self.outputs,
+                                                                                 self.output_shapes(binding))]}
+        if binding is not None and binding.arena_bytes + 64 > len(self._arena):
+            self._arena = _host_arena(binding.arena_bytes)
         self.last_reports = []
-        for call in self.meta["calls"]:
+        for call in self._calls(binding):
             fn = self._kernels[call["kernel"]]
-            values = [self._emulator_arg(tables, kind, index, p) for (kind, index), p in zip(call["args"], fn.params)]
-            self.last_reports.append(run_kernel(fn, values))
+            sizes = {p.name: values.constant(int(binding.sym[index]), p.type)  # type: ignore[union-attr]
+                     for (kind, index), p in zip(call["args"], fn.params) if kind == "sym"}
+            args_ = [self._emulator_arg(tables, kind, index, p, fn, sizes, binding)
+                     for (kind, index), p in zip(call["args"], fn.params)]
+            self.last_reports.append(run_kernel(fn, args_))
         outs = self._copies(tables)
         if any(hasattr(a, "detach") for a in args):  # torch tensors in, torch tensors out
             import torch
             outs = [torch.from_numpy(o) for o in outs]
         return outs
 
-    def _emulator_arg(self, tables: dict[str, list[np.ndarray]], kind: str, index: int, p: Any) -> np.ndarray:
-        if kind != "arena":
+    def _emulator_arg(self, tables: dict[str, list[np.ndarray]], kind: str, index: int, p: Any, fn: Any,
+                      sizes: dict[str, Any], binding: Binding | None) -> Any:
+        if kind == "sym":
+            return int(binding.sym[index])  # type: ignore[union-attr]
+        if kind not in ("arena", "slot"):
             return tables[kind][index]
         t: TensorType = p.type
         storage = _numpy(t.dtype.name)
-        count = int(np.prod([int(simplify_expr(d).value) for d in t.shape]))  # type: ignore[attr-defined]
+        count = int(np.prod([evaluate(fn, d, sizes, f"shape of '{p.name}'") for d in t.shape]))
+        start = index if kind == "arena" else int(binding.off[index])  # type: ignore[union-attr]
         assert self._arena is not None
-        return self._arena[index:index + count * storage.itemsize].view(storage)
+        return self._arena[start:start + count * storage.itemsize].view(storage)
 
-    def _host_input(self, k: int, a: Any) -> np.ndarray:
+    def _host_input(self, k: int, a: Any, binding: Binding | None) -> np.ndarray:
         spec = self.inputs[k]
         arr = a.detach().cpu().numpy() if hasattr(a, "detach") else np.asarray(a)
-        want = _numpy(spec["dtype"])
-        if arr.dtype != want or tuple(arr.shape) != tuple(spec["shape"]):
-            raise ArgumentError(f"input '{spec['name']}' must be {spec['dtype']} of shape {tuple(spec['shape'])}, "
-                                f"got {arr.dtype} of shape {tuple(arr.shape)}")
+        check_input(spec, arr.dtype == _numpy(spec["dtype"]), str(arr.dtype), arr.shape, binding)
         return np.ascontiguousarray(arr)
 
     def _copies(self, tables: dict[str, list[Any]]) -> list[Any]:
@@ -150,12 +174,29 @@ class CudaCompiledGraph:
         return outs
 
     # ------------------------------------------------------------------ the GPU
-    def _run_gpu(self, args: Sequence[Any]) -> list[Any]:
+    def _run_gpu(self, args: Sequence[Any], binding: Binding | None) -> list[Any]:
         gpu = self._gpu
         assert gpu is not None
-        ins = [gpu.device_input(spec, a) for spec, a in zip(self.inputs, args)]
-        outs = gpu.run(ins, self.outputs)
+        ins = [gpu.device_input(spec, a, binding) for spec, a in zip(self.inputs, args)]
+        outs = gpu.run(ins, [(o["dtype"], shape) for o, shape in zip(self.outputs, self.output_shapes(binding))],
+                       binding)
         return self._copies({"w": gpu.constants, "in": ins, "out": outs})
+
+
+def check_input(spec: dict[str, Any], dtype_ok: bool, dtype: str, shape: Sequence[int],
+                binding: Binding | None) -> None:
+    """An :class:`ArgumentError` where an input's type (``dtype``, ``dtype_ok`` where it is the
+    graph's) or shape is not the graph's (a dynamic graph's shapes were checked as its
+    symbols were bound)."""
+    if not dtype_ok or (binding is None and tuple(shape) != tuple(spec["shape"])):
+        want = tuple(spec["shape"]) if binding is None else "(" + ", ".join(map(str, spec["shape"])) + ")"
+        raise ArgumentError(f"input '{spec['name']}' must be {spec['dtype']} of shape {want}, "
+                            f"got {dtype} of shape {tuple(shape)}")
+
+
+def _host_arena(nbytes: int) -> np.ndarray:
+    """The emulator's arena: bytes for the intermediates, and some slack."""
+    return CpuDevice().allocate(nbytes + 64, "the arena of its intermediates").owner
 
 
 class _GpuState:
@@ -173,47 +214,62 @@ class _GpuState:
         self.arena = self.device.allocate(int(graph.meta["arena_bytes"]), "the arena of its intermediates")
         self.entry = getattr(self.module.library(), ENTRY)
         self.entry.restype = ctypes.c_int
-        self.entry.argtypes = [ctypes.c_void_p] * 6
+        self.entry.argtypes = [ctypes.c_void_p] * (9 if "dynamic" in graph.meta else 6)
         self._w = pointer_table([u.ptr for u in uploaded])
         self.checks = any(fn.reports_status for fn in graph.built.kernels)
         self.graphs_wanted = os.environ.get("TASKLOOM_CUDA_GRAPHS", "1") != "0"
-        self.replay: _Replay | None = None
+        # a captured call per set of sizes (a static graph has one): a replay bakes in its
+        # grids, offsets and buffers
+        self.replays: OrderedDict[tuple[int, ...], _Replay] = OrderedDict()
 
     def torch_dtype(self, name: str) -> Any:
         return getattr(self.torch, name if name != "bool" else "bool")
 
-    def empty_outputs(self, specs: list[dict[str, Any]]) -> list[Any]:
-        """A new GPU tensor for each output in ``specs``."""
-        return [self.torch.empty(o["shape"], dtype=self.torch_dtype(o["dtype"]), device="cuda") for o in specs]
+    def empty_outputs(self, specs: list[tuple[str, tuple[int, ...]]]) -> list[Any]:
+        """A new GPU tensor for each (dtype, shape) in ``specs``."""
+        return [self.torch.empty(shape, dtype=self.torch_dtype(dtype), device="cuda") for dtype, shape in specs]
 
-    def device_input(self, spec: dict[str, Any], a: Any) -> Any:
+    def device_input(self, spec: dict[str, Any], a: Any, binding: Binding | None) -> Any:
         torch = self.torch
         t = a if isinstance(a, torch.Tensor) else torch.from_dlpack(a) if hasattr(a, "__dlpack__") else \
             torch.from_numpy(np.asarray(a))
-        if str(t.dtype).replace("torch.", "") != spec["dtype"] or tuple(t.shape) != tuple(spec["shape"]):
-            raise ArgumentError(f"input '{spec['name']}' must be {spec['dtype']} of shape {tuple(spec['shape'])}, "
-                                f"got {t.dtype} of shape {tuple(t.shape)}")
+        dtype = str(t.dtype).replace("torch.", "")
+        check_input(spec, dtype == spec["dtype"], dtype, t.shape, binding)
         t = t.to("cuda").contiguous()
         return t if t.data_ptr() % 16 == 0 else t.clone()  # cp.async and vector loads move 16 aligned bytes
 
-    def run(self, ins: list[Any], specs: list[dict[str, Any]]) -> list[Any]:
-        """The outputs (new tensors) of one call: by replaying the captured call where that
-        works (see :class:`_Replay`), else by launching each kernel."""
-        if self.replay is None and self.graphs_wanted:
-            self.replay = _Replay.capture(self, ins, specs)
-            self.graphs_wanted = self.replay is not None
-        if self.replay is not None:
-            return self.replay(ins)
+    def run(self, ins: list[Any], specs: list[tuple[str, tuple[int, ...]]], binding: Binding | None) -> list[Any]:
+        """The outputs (new tensors) of one call: by replaying the call captured at these
+        sizes where that works (see :class:`_Replay`), else by launching each kernel."""
+        if binding is not None and binding.arena_bytes > self.arena.nbytes:
+            self.torch.cuda.current_stream().synchronize()  # the old arena may still be in use
+            self.arena = self.device.allocate(binding.arena_bytes, "the arena of its intermediates")
+            self.replays.clear()  # they point into the old arena
+        key = binding.values if binding is not None else ()
+        replay = self.replays.get(key)
+        if replay is None and self.graphs_wanted:
+            replay = _Replay.capture(self, ins, specs, binding)
+            self.graphs_wanted = replay is not None
+            if replay is not None:
+                self.replays[key] = replay
+                if len(self.replays) > CAPTURED_SIZES:
+                    self.replays.popitem(last=False)
+        if replay is not None:
+            self.replays.move_to_end(key)
+            return replay(ins)
         outs = self.empty_outputs(specs)
-        self.launch(ins, outs)
+        self.launch(ins, outs, binding)
         return outs
 
-    def launch(self, ins: list[Any], outs: list[Any], check: bool = True) -> None:
+    def launch(self, ins: list[Any], outs: list[Any], binding: Binding | None, check: bool = True) -> None:
         """Enqueues every kernel on the current stream; with ``check``, waits for them where a
         kernel checks its indices, and raises the first failed check."""
         (stream,) = self.device.entry_args()
+        ctypes = self.ctypes
+        tables = [] if binding is None else [ctypes.cast(t, ctypes.c_void_p) for t in (binding.sym, binding.off,
+                                                                                        binding.var)]
         code = self.entry(self._w, pointer_table([t.data_ptr() for t in ins]), pointer_table([t.data_ptr() for t in outs]),
-                          self.ctypes.c_void_p(self.arena.ptr), self.module.device_status(), stream)
+                          ctypes.c_void_p(self.arena.ptr), self.module.device_status(), *tables, stream)
         if code != 0:
             raise TaskloomError(f"the compiled graph failed to launch: CUDA error {code} (cudaGetErrorName gives its name)")
         if check:
@@ -238,7 +294,8 @@ class _Replay:
         self.gpu, self.ins, self.outs, self.graph = gpu, ins, outs, graph
 
     @classmethod
-    def capture(cls, gpu: "_GpuState", ins: list[Any], specs: list[dict[str, Any]]) -> "_Replay | None":
+    def capture(cls, gpu: "_GpuState", ins: list[Any], specs: list[tuple[str, tuple[int, ...]]],
+                binding: Binding | None) -> "_Replay | None":
         torch = gpu.torch
         try:
             with torch.inference_mode(False):  # buffers a later call may write, in inference mode or not
@@ -247,12 +304,12 @@ class _Replay:
             side = torch.cuda.Stream()  # warm up off the capturing stream, as torch asks
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
-                gpu.launch(static_ins, static_outs)
+                gpu.launch(static_ins, static_outs, binding)
                 direct = [t.clone() for t in static_outs]
             torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
-                gpu.launch(static_ins, static_outs, check=False)
+                gpu.launch(static_ins, static_outs, binding, check=False)
             replay = cls(gpu, static_ins, static_outs, graph)
             replayed = replay(ins)
         except Exception as e:  # an index check fails the same way without the graph: let it

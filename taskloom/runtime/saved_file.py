@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import hmac
 import json
+import re
 import math
 import os
 import struct
@@ -25,7 +26,7 @@ import numpy as np
 
 from taskloom.errors import ArgumentError, LoadError
 from taskloom.runtime.dlpack import DTYPE_NAMES, ITEMSIZE
-from taskloom.runtime.library_file import LoadedLibrary, load_private, read_record
+from taskloom.runtime.library_file import load_private, read_record
 
 FORMAT = 2
 MAGIC_PREFIX = b"TASKLOOM-MODEL\x00"
@@ -320,25 +321,38 @@ def _check_dynamic(meta: dict[str, Any], where: str) -> None:
                         "variant numbers")
 
 
-#: Where a CUDA graph's kernel arguments live (the launcher's tables and its arena).
-_ARG_KINDS = ("w", "in", "out", "arena")
+#: Where a CUDA graph's kernel arguments live (the launcher's tables and its arena; a dynamic
+#: graph's symbols and per-call slots).
+_ARG_KINDS = ("w", "in", "out", "arena", "sym", "slot")
 
 
 def _check_cuda_meta(meta: dict[str, Any], table: list[dict[str, Any]], where: str) -> None:
     """A CUDA graph's architecture, its kernels' IR (text) and launches, by structure: every
-    launch names a kernel of the file and arguments inside the tables."""
+    launch names a kernel of the file (a kernel built in variants, one of them) and
+    arguments inside the tables."""
     if not isinstance(meta["target"].get("arch"), str):
         raise LoadError(f"{where}: meta['target'] names no CUDA architecture ('arch')")
     texts, calls = meta.get("kernel_ir"), meta.get("calls")
     if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts) or not isinstance(calls, list):
         raise LoadError(f"{where}: a CUDA graph lists its kernels' IR (str) in 'kernel_ir' and its launches in 'calls'")
-    sizes = {"w": len(table), "in": len(meta["inputs"]), "out": len(meta["outputs"]), "arena": meta["arena_bytes"]}
+    dynamic = meta.get("dynamic") or {}
+    sizes = {"w": len(table), "in": len(meta["inputs"]), "out": len(meta["outputs"]), "arena": meta["arena_bytes"],
+             "sym": len(dynamic.get("symbols", [])), "slot": len(dynamic.get("slots", []))}
     names = {k["name"] for k in meta["kernels"]}
-    for j, c in enumerate(calls):
+
+    def launch_ok(c: Any) -> bool:
         args = c.get("args") if isinstance(c, dict) else None
-        ok = isinstance(args, list) and c.get("kernel") in names and all(
+        kernel = c.get("kernel") if isinstance(c, dict) else None
+        named = kernel in names or (isinstance(kernel, str) and re.sub(r"_v\d+$", "", kernel) in names)
+        return isinstance(args, list) and named and all(
             isinstance(a, list) and len(a) == 2 and a[0] in _ARG_KINDS and _is_int(a[1])
             and 0 <= a[1] < max(sizes[a[0]], 1) for a in args)
+    for j, c in enumerate(calls):
+        if isinstance(c, dict) and "variants" in c:
+            ok = _is_int(c.get("choice")) and 0 <= c["choice"] < len(dynamic.get("variants", [])) and \
+                isinstance(c["variants"], list) and bool(c["variants"]) and all(map(launch_ok, c["variants"]))
+        else:
+            ok = launch_ok(c)
         if not ok:
             raise LoadError(f"{where}: launch {j} is {_short(c)}; it must name a kernel of the file and "
                             "arguments inside its tables")

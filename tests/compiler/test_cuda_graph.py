@@ -109,7 +109,7 @@ def test_on_the_gpu_calls_replay_one_captured_cuda_graph(graphs, monkeypatch):
     with torch.inference_mode():  # the graph's buffers are made here, and written outside it below
         results = [on_gpu(torch.from_numpy(xs[0]).cuda())]
     results += [on_gpu(torch.from_numpy(x).cuda()) for x in xs[1:]]  # each call's outputs stay its own
-    assert (on_gpu._gpu.replay is not None) == (graphs == "1")
+    assert bool(on_gpu._gpu.replays) == (graphs == "1")
     for x, got in zip(xs, results):
         for g, want in zip(got, in_emulator(x)):
             np.testing.assert_allclose(g.cpu().numpy(), want, rtol=1e-5, atol=1e-6)
@@ -124,7 +124,7 @@ def test_on_the_gpu_a_replayed_graph_still_checks_its_indices():
     good = torch.tensor([[9, 0, 3], [1, 1, 2]], device="cuda")
     want = np.maximum(table.numpy()[good.cpu().numpy()], 0)
     np.testing.assert_array_equal(model(good).cpu().numpy(), want)
-    assert model._gpu.replay is not None
+    assert model._gpu.replays
     with pytest.raises(IndexOutOfRange, match=r"embedding\(\).*index 10,"):
         model(torch.tensor([[9, 0, 10], [1, 1, 2]], device="cuda"))
     np.testing.assert_array_equal(model(good).cpu().numpy(), want)

@@ -10,7 +10,7 @@ from taskloom import ops
 from taskloom.backend.launcher import Call, Dispatch, Ref, launcher_source
 from taskloom.compiler import dynamic
 from taskloom.compiler.dynamic import choose_variants, ladder
-from taskloom.errors import ArgumentError, TaskloomError
+from taskloom.errors import ArgumentError
 from taskloom.graph import Graph
 from taskloom.graph.graph import GraphError
 from taskloom.graph.tensor import Tensor, symbol
@@ -143,9 +143,13 @@ def test_ranges_are_checked_at_compile_time():
         taskloom.compile(_mlp_graph(), dynamic={"batch": (8, 2)})
 
 
-def test_cuda_targets_say_they_compile_static_shapes():
-    with pytest.raises(TaskloomError, match="CUDA targets compile static shapes only"):
-        taskloom.compile(_mlp_graph(), target="cuda:sm_90", device="emulator")
+def test_a_cuda_target_compiles_the_dynamic_graph_once(mlp):
+    """(tests/compiler/test_cuda_dynamic.py holds the CUDA path's own tests.)"""
+    on_gpu = taskloom.compile(_mlp_graph(), target="cuda:sm_90", device="emulator",
+                              dynamic={"batch": (1, 16), "seq": (1, 512)})
+    x = RNG.standard_normal((3, 11, 32)).astype(np.float32)
+    for got, want in zip(on_gpu(x), mlp(x)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
 def test_tensors_past_32_bit_indexing_are_refused_per_call():

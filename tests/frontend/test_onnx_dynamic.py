@@ -167,9 +167,10 @@ def test_exported_transformers_models(family, tmp_path):
         np.testing.assert_allclose(compiled(ids), session.run(None, {"ids": ids})[0], rtol=1e-4, atol=1e-5)
 
 
-def test_cuda_targets_ask_for_static_shapes():
-    with pytest.raises(FrontendError, match=r"'x' have symbolic dimensions.*input_shapes"):
-        taskloom.onnx.from_onnx(heads_model(), target="cuda:sm_90", device="emulator")
-    compiled = taskloom.onnx.from_onnx(heads_model(), {"x": (1, 3, 16)}, target="cuda:sm_90", device="emulator")
-    x = np.random.default_rng(0).standard_normal((1, 3, 16)).astype(np.float32)
-    np.testing.assert_allclose(compiled(x), _session().run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
+def test_cuda_targets_keep_the_symbolic_dimensions_too():
+    dynamic = taskloom.onnx.from_onnx(heads_model(), target="cuda:sm_90", device="emulator",
+                                      dynamic={"batch": (1, 4), "seq": (1, 32)})
+    fixed = taskloom.onnx.from_onnx(heads_model(), {"x": (1, 3, 16)}, target="cuda:sm_90", device="emulator")
+    for shape, model in (((2, 5, 16), dynamic), ((1, 3, 16), dynamic), ((1, 3, 16), fixed)):
+        x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+        np.testing.assert_allclose(model(x), _session().run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)

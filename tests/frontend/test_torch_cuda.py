@@ -98,3 +98,22 @@ def test_taskloom_compile_takes_a_torch_model_for_cuda(tmp_path):
     compiled.save(tmp_path / "convnet.tlm")
     torch.testing.assert_close(taskloom.load(tmp_path / "convnet.tlm", device="emulator")(x), want,
                                rtol=1e-4, atol=1e-5)
+
+
+def test_a_transformer_compiled_once_with_dynamic_sizes_serves_each_length():
+    """float16 on tensor cores and the attention template, symbolic sequence and batch: one
+    compile (no per-shape fallback), then lengths it was not traced at."""
+    from taskloom.frontend.torch import Backend
+    model = nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True).eval().half()
+    backend = Backend(target="cuda:sm_80", device="emulator")
+    fn = torch.compile(model, backend=backend, dynamic=True)
+    with torch.no_grad():
+        for batch, seq in ((2, 8), (3, 5), (2, 13)):  # (a size of 1 dynamo specializes)
+            x = torch.randn(batch, seq, 64, dtype=torch.float16)
+            want = model.float()(x.float())
+            model.half()
+            torch.testing.assert_close(fn(x).float(), want, rtol=2e-2, atol=2e-2)
+    [compiled] = backend.compiled
+    assert not compiled.per_shape and compiled.compiled_graph.meta["dynamic"]["symbols"]
+    schedules = " ".join(k["schedule"] for k in compiled.compiled_graph.meta["kernels"])
+    assert "attention_cuda" in schedules and "matmul_mma" in schedules

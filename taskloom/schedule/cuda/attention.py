@@ -90,7 +90,7 @@ class _Kernel:
 
     def body(self) -> S.Stmt:
         att = self.att
-        steps: E.Expr = E.as_expr(-(-att.S // BLOCK_K))
+        steps: E.Expr = E.as_expr(E.cdiv(att.S, BLOCK_K))
         if att.causal:  # the key blocks past the block's last query hold only masked scores
             steps = E.minimum(steps, (self.q0 + (BLOCK_Q + BLOCK_K - 1)) // BLOCK_K)
         declares = [S.Declare(t.var, scope="shared") for t in (self.q_tile, self.k_tile, self.v_tile)]
@@ -185,7 +185,7 @@ class _Kernel:
         # rows past L and keys past S read the mask at the last ones (their scores are not used)
         value = self.read(att.score, {att.vb: self.bz, att.vi: _clamp(i, att.L, BLOCK_Q),
                                       att.vj: _clamp(j, att.S, BLOCK_K), att.acc: acc})
-        if att.S % BLOCK_K:
+        if not isinstance(att.S, int) or att.S % BLOCK_K:  # a ragged last block of keys, or maybe one
             value = E.select(j < att.S, value, E.Constant(-math.inf, float32))
         scored = S.For(n, E.as_expr(BLOCK_K // 8), S.For(e, E.as_expr(4), S.BufferStore(self.s_acc, (n, e), value),
                                                           "unroll"), "unroll")
@@ -283,7 +283,7 @@ def attention_kernel(att: Attention, name: str) -> S.Function:
     doc = (f"{att.task.name}: the CUDA attention template (tensor cores, online softmax), {BLOCK_Q} queries a "
            f"block, keys {BLOCK_K} a step, {kernel.stages} key block(s) in shared memory")
     fn = S.Function(name, tuple(params), kernel.body(), attrs=(("doc", doc), ("template", "attention_cuda")))
-    return gpu.cuda_kernel(fn, (-(-att.L // BLOCK_Q), att.batch), (THREADS,))
+    return gpu.cuda_kernel(fn, (E.cdiv(att.L, BLOCK_Q), att.batch), (THREADS,))
 
 
 def _serves(att: Attention) -> bool:
@@ -292,9 +292,10 @@ def _serves(att: Attention) -> bool:
 
 def attention_candidate(task: Task, target: CudaTarget, constants: Mapping[int, np.ndarray] | None = None,
                         weights_stream: bool = False) -> Candidate | None:
-    """The template's offer for an attention of 16-bit q, k, v with head sizes it serves."""
+    """The template's offer for an attention of 16-bit q, k, v with head sizes it serves
+    (its batch and lengths may be symbols, which the kernel takes as sizes)."""
     att = match_attention(task)
-    if att is None or half_type(att) is None or not _serves(att) or task.symbols():
-        return None  # (CUDA graphs have static shapes)
+    if att is None or half_type(att) is None or not _serves(att):
+        return None
     return Candidate("attention_cuda", att,
                      lambda config, name: Scheduled(attention_kernel(att, name), tuple(range(len(task.inputs)))))

@@ -82,7 +82,8 @@ CONFIGS = (SimtConfig(), SimtConfig(32, 32, 8, (4, 2), (4, 8)))
 def fill_the_gpu(con: Contraction, num_sms: int, big, small):
     """``big`` (a config with ``block_m`` and ``block_n``) unless its tiles leave some of
     the GPU's SMs without a block; then ``small``."""
-    blocks = -(-con.M // big.block_m) * -(-con.N // big.block_n) * con.batch
+    batch, M, N, _ = con.hint  # a symbolic size at its hint
+    blocks = -(-M // big.block_m) * -(-N // big.block_n) * batch
     return big if blocks >= num_sms else small
 
 
@@ -244,7 +245,7 @@ def matmul_kernel(con: Contraction, config: SimtConfig, name: str) -> S.Function
     doc = f"{con.task.name}: the CUDA matmul template (CUDA cores), {config}"
     fn = S.Function(name, tuple(params), body, attrs=(("doc", doc), ("template", "matmul_cuda"),
                                                        ("config", str(config))))
-    grid = (-(-con.N // config.block_n), -(-con.M // config.block_m), con.batch)
+    grid = (E.cdiv(con.N, config.block_n), E.cdiv(con.M, config.block_m), con.batch)
     return gpu.cuda_kernel(fn, grid, (THREADS,))
 
 
@@ -257,7 +258,8 @@ THIN_SIDE, THIN_K = 16, 64
 
 def thin(con: Contraction) -> bool:
     """Whether ``con`` is left to the rules rather than a matmul template (see THIN_SIDE)."""
-    return min(con.M, con.N) < THIN_SIDE and con.K <= THIN_K  # type: ignore[operator]
+    _, M, N, K = con.hint  # a symbolic size at its hint
+    return min(M, N) < THIN_SIDE and K <= THIN_K
 
 
 def matmul_candidate(task: Task, target: CudaTarget, constants: Mapping[int, np.ndarray] | None = None,
@@ -265,7 +267,8 @@ def matmul_candidate(task: Task, target: CudaTarget, constants: Mapping[int, np.
     """The template's offer for a contraction that is not :func:`thin`; its config comes
     from :func:`choose_config`."""
     con = match_contraction(task, (float32, float16, bfloat16))
-    if con is None or not con.static or thin(con):
+    # M and the batch may be symbolic (a dynamic graph's rows): the edges are predicated
+    if con is None or not isinstance(con.N, int) or not isinstance(con.K, int) or thin(con):
         return None
     return Candidate("matmul_cuda", con,
                      lambda config, name: Scheduled(matmul_kernel(con, config, name), tuple(range(len(task.inputs)))))

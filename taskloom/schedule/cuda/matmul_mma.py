@@ -39,6 +39,7 @@ per ``blockIdx.z``) in steps of ``block_k`` along ``K``:
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -180,8 +181,9 @@ def copies_rows(read: E.Expr, vb: E.Var, batch: int, row: E.Var, col: E.Var, col
     piece in part), whose rows start ``copy``-byte aligned in every batch element."""
     element = read.value if isinstance(read, E.Cast) else read
     chunk = copy // nbytes
-    if not isinstance(element, E.TensorElement) or element.type.nbytes != nbytes or (cols % chunk and not ragged) \
-            or batch > ALIGNMENT_CHECKS:
+    many = not isinstance(batch, int) or batch > ALIGNMENT_CHECKS  # a symbolic batch, or too many to try
+    whole = isinstance(cols, int) and cols % chunk == 0  # (a symbolic length may not be)
+    if not isinstance(element, E.TensorElement) or element.type.nbytes != nbytes or (not whole and not ragged):
         return False
     offset = E.as_expr(row_major_offset(element.indices, element.tensor.shape))
     at = lambda b, r, c: simplify_expr(substitute(offset, {vb: E.as_expr(b), row: r, col: c}))  # noqa: E731
@@ -189,7 +191,26 @@ def copies_rows(read: E.Expr, vb: E.Var, batch: int, row: E.Var, col: E.Var, col
     step = simplify_expr(at(0, row, col) - at(0, zero, zero) - row * _constant(at(0, E.as_expr(1), zero)) - col)
     if not (isinstance(step, E.Constant) and int(step.value) == 0) or _constant(at(0, E.as_expr(1), zero)) % chunk:
         return False
+    if many:  # every batch element's start at once: a multiple of the piece whatever vb is
+        return multiple_of(simplify_expr(substitute(offset, {row: zero, col: zero})), chunk)
     return all(_constant(at(b, zero, zero)) % chunk == 0 for b in range(batch))
+
+
+def multiple_of(e: E.Expr, n: int) -> bool:
+    """Whether integer expression ``e`` is a multiple of ``n`` for every value of its
+    variables, as far as its sums and products show (False where they do not)."""
+    if isinstance(e, E.Constant):
+        return int(e.value) % n == 0
+    if isinstance(e, E.Cast):
+        return multiple_of(e.value, n)
+    if isinstance(e, E.Binary) and e.op in ("add", "sub"):
+        return multiple_of(e.a, n) and multiple_of(e.b, n)
+    if isinstance(e, E.Binary) and e.op == "mul":
+        for x, y in ((e.a, e.b), (e.b, e.a)):
+            if isinstance(x, E.Constant) and (multiple_of(y, n // math.gcd(int(x.value), n)) or int(x.value) % n == 0):
+                return True
+        return multiple_of(e.a, n) or multiple_of(e.b, n)
+    return n == 1
 
 
 def _constant(e: E.Expr) -> int:
@@ -596,7 +617,7 @@ def mma_kernel(con: Contraction, config: MmaConfig, name: str, dtype: DataType |
     tf32 = " tf32" if dtype == float32 else ""
     fn, _ = template_function(con, _Kernel, config, dtype, name, "matmul_mma",
                               lambda k: f"mma.sync {k.shape}{tf32}")
-    grid = (-(-con.N // config.block_n), -(-con.M // config.block_m), con.batch)
+    grid = (E.cdiv(con.N, config.block_n), E.cdiv(con.M, config.block_m), con.batch)
     tiles = config.shared_bytes(dtype.nbytes)
     return gpu.cuda_kernel(fn, grid, (config.threads,), tiles if tiles > STATIC_SHARED else 0)
 
@@ -607,9 +628,11 @@ def mma_candidate(task: Task, target: CudaTarget, constants: Mapping[int, np.nda
     where the target allows tf32) that is not thin (:func:`~taskloom.schedule.cuda.matmul.thin`);
     its config, an :class:`MmaConfig` or on ``sm_90a`` a
     :class:`~taskloom.schedule.cuda.matmul_wgmma.WgmmaConfig`, comes from
-    :func:`taskloom.schedule.cuda.mma_model.choose`."""
+    :func:`taskloom.schedule.cuda.mma_model.choose`. N and K must be static; M and the
+    batch may be symbols, which the kernel takes as sizes."""
     con = match_contraction(task, (float32, float16, bfloat16))
-    if con is None or not con.static or thin(con):
+    # M and the batch may be symbolic (a dynamic graph's rows): the edges are predicated
+    if con is None or not isinstance(con.N, int) or not isinstance(con.K, int) or thin(con):
         return None
     dtype = factor_type(con, target.tf32)
     if dtype is None:

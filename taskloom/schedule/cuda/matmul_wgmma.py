@@ -180,8 +180,9 @@ class _WgmmaKernel(_Kernel):
         """The TMA descriptor of ``f`` where the config asks for TMA and ``f`` is one tensor
         parameter read whole: rows of its contiguous axis ``row_stride`` elements apart from
         the tensor's start, batches ``batch_stride`` apart (16-byte multiples: what cp.async
-        of 16 bytes needed already)."""
-        if not self.c.tma or f.copy != 16:
+        of 16 bytes needed already). A factor whose sizes are symbolic (a dynamic graph's
+        rows) has none: a kernel's maps are literals, so its threads copy it."""
+        if not self.c.tma or f.copy != 16 or not all(isinstance(d, int) for d in (self.con.batch, f.extent)):
             return None
         r, col = E.Var("r", index_type), E.Var("col", index_type)
         element = self._element(f, *((r, col) if f.k_inner else (col, r)))
@@ -366,5 +367,5 @@ def wgmma_kernel(con: Contraction, config: WgmmaConfig, name: str, dtype: DataTy
     if config.specialized and not kernel.specialized:  # a factor is not copied by TMA: no producer
         return wgmma_kernel(con, dataclasses.replace(config, specialized=False), name, dtype)
     fn = gpu.with_tensor_maps(fn, [m for m in kernel.maps.values() if m is not None])
-    grid = (-(-con.N // config.block_n), -(-con.M // config.block_m), con.batch)
+    grid = (E.cdiv(con.N, config.block_n), E.cdiv(con.M, config.block_m), con.batch)
     return gpu.cuda_kernel(fn, grid, (config.threads,), config.shared_bytes(dtype.nbytes))

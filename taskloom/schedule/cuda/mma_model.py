@@ -138,6 +138,11 @@ MMA_REGISTERS = {(8, 2): (1.13, 1.25, 5, 25), (9, 2): (1.17, 0.92, 1.5, 25), (4,
 WGMMA_REGISTERS = {"cp.async": (1.24, 0.1, 31), "tma": (1.05, 2.7, 19)}
 
 
+def sizes(con: "Contraction | Product") -> Product:
+    """What the model prices ``con`` at: its sizes, a symbolic one at its hint."""
+    return con if isinstance(con, Product) else Product(*con.hint)
+
+
 def hardware(target: CudaTarget) -> Hardware:
     """The model's numbers for ``target``'s architecture."""
     return HARDWARE.get(target.compute_capability[0], HARDWARE[8])
@@ -169,6 +174,7 @@ def blocks_per_sm(c: TensorCoreConfig, target: CudaTarget, element_bytes: int = 
 def cycles(con: "Contraction | Product", c: TensorCoreConfig, target: CudaTarget, element_bytes: int = 2) -> float:
     """The model's clock cycles for ``con`` with ``c`` on ``target``, its factors of
     ``element_bytes`` (4: tf32, at half the 16-bit rate); see the module docstring."""
+    con = sizes(con)
     hw = hardware(target)
     wgmma = isinstance(c, WgmmaConfig)
     rate = hw.wgmma_rate if wgmma else hw.mma_rate if element_bytes == 2 else hw.mma_rate / 2
@@ -213,12 +219,13 @@ def config_from_dict(d: Mapping[str, Any]) -> TensorCoreConfig:
     return WgmmaConfig.from_dict(d) if d.get("kind") == "wgmma" else MmaConfig.from_dict(d)
 
 
-def choose(con: "Contraction | Product", target: CudaTarget) -> TensorCoreConfig:
-    """The config of least modelled time; ties go to the larger tile, then more stages, then
-    a producer warpgroup, then TMA (which the model does not price: they take the copies off
+def choose(con: "Contraction | Product", target: CudaTarget, at: Product | None = None) -> TensorCoreConfig:
+    """The config of least modelled time for ``con`` (at the sizes ``at``, where a dynamic
+    graph's symbols take them); ties go to the larger tile, then more stages, then a
+    producer warpgroup, then TMA (which the model does not price: they take the copies off
     the threads that multiply)."""
     nbytes = element_bytes(con, target)
-    return min(target_space(target, nbytes), key=lambda c: rank(con, c, target, nbytes))
+    return min(target_space(target, nbytes), key=lambda c: rank(at or con, c, target, nbytes))
 
 
 def rank(con: "Contraction | Product", c: TensorCoreConfig, target: CudaTarget, nbytes: int) -> tuple:

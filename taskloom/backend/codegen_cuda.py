@@ -294,7 +294,7 @@ class _CudaKernelCodegen(CFamilyCodegen):
         self.emit(1, f"tl_tensor_map {name};  // {t.tensor} as {' x '.join(map(str, t.dims))}, "
                      f"boxes of {' x '.join(map(str, t.box))}")
         self.emit(1, "{")
-        self.emit(2, f"const unsigned long long dims[] = {{{', '.join(f'{d}ull' for d in t.dims)}}};")
+        self.emit(2, f"const unsigned long long dims[] = {{{', '.join(map(_extent_text, t.dims))}}};")
         self.emit(2, f"const unsigned long long strides[] = {{{', '.join(f'{x}ull' for x in t.strides) or '0'}}};")
         self.emit(2, f"const unsigned box[] = {{{', '.join(map(str, t.box))}}};")
         self.emit(2, f"int e = tl_encode_tensor_map(&{name}, {code}, {len(t.dims)}, (void*){c_name(t.tensor)}, "
@@ -311,6 +311,13 @@ class _CudaKernelCodegen(CFamilyCodegen):
         for line in beside_nvrtc:
             self.emit(1, line)
         self.emit(0, "#endif")
+
+
+def _extent_text(d: int | str) -> str:
+    """A tensor map's extent in C: an int, or a product of the kernel's size parameters."""
+    if isinstance(d, int):
+        return f"{d}ull"
+    return " * ".join(f"{f}ull" if f.isdigit() else f"(unsigned long long){c_name(f)}" for f in d.split("*"))
 
 
 def cuda_param_type(p: E.Var) -> str:

@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
+import re
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from taskloom.errors import IRError
 from taskloom.ir import expr as E
@@ -339,15 +341,20 @@ class TensorMap:
     tensor seen as ``dims`` (innermost first, in elements; the element ``(c0, c1, ..)`` at byte
     ``2 (c0 + c1 strides[0] / 2 + ..)``, ``strides`` in bytes, multiples of 16), copied in boxes
     of ``box`` (innermost first; the innermost 128 bytes at most) into shared memory with the
-    128-byte swizzle. A box reaching past ``dims`` is filled with zeros there."""
+    128-byte swizzle. A box reaching past ``dims`` is filled with zeros there. An extent may
+    be symbolic, the product of the kernel's size parameters and ints as text (``"batch*seq"``,
+    a dynamic graph's rows), which the launcher and the emulator evaluate per launch."""
 
     name: str
     tensor: str
-    dims: tuple[int, ...]
+    dims: tuple[int | str, ...]
     strides: tuple[int, ...]
     box: tuple[int, ...]
 
     def __post_init__(self) -> None:
+        if any(isinstance(d, str) and not _PRODUCT.fullmatch(d) for d in self.dims):
+            raise IRError(f"tensor map '{self.name}': a symbolic extent is a product of size parameters and ints "
+                          f"('batch*seq'), got {self.dims}")
         if not 1 <= len(self.dims) <= 5 or len(self.strides) != len(self.dims) - 1 or len(self.box) != len(self.dims):
             raise IRError(f"tensor map '{self.name}': 1 to 5 dims, a stride for each but the first, a box extent each")
         if any(s % 16 or s <= 0 for s in self.strides):
@@ -356,6 +363,29 @@ class TensorMap:
         if self.box[0] * 2 > 128 or any(not 1 <= b <= 256 for b in self.box):
             raise IRError(f"tensor map '{self.name}': a box is 1-256 elements a side, its innermost 128 bytes "
                           f"at most with the 128-byte swizzle; got {self.box}")
+
+
+_PRODUCT = re.compile(r"[A-Za-z_0-9]+(\*[A-Za-z_0-9]+)*")
+
+
+def product_text(e: E.Expr) -> str | None:
+    """``e`` as a tensor map's symbolic extent (``"batch*seq*64"``), where it is a product of
+    variables and ints; else None."""
+    if isinstance(e, E.Var):
+        return e.name
+    if isinstance(e, E.Constant) and isinstance(e.value, int):
+        return str(e.value)
+    if isinstance(e, E.Binary) and e.op == "mul":
+        a, b = product_text(e.a), product_text(e.b)
+        return None if a is None or b is None else f"{a}*{b}"
+    return None
+
+
+def map_extent(d: int | str, value_of: Callable[[str], int]) -> int:
+    """A tensor map's extent ``d``, a symbolic one with each size parameter's ``value_of``."""
+    if isinstance(d, int):
+        return d
+    return math.prod(int(f) if f.isdigit() else value_of(f) for f in d.split("*"))
 
 
 def tensor_maps(fn: S.Function) -> tuple[TensorMap, ...]:

@@ -76,7 +76,8 @@ def test_the_template_runs_the_variant_chosen_for_the_calls_rows(arch):
                              device="emulator", dynamic={"rows": (1, 4096)})
     [table] = model.meta["dynamic"]["variants"]
     assert len(set(table)) == 2 and "_v1" in model.source_path.read_text()  # a small tile, then a larger one
-    assert "producer" not in model.meta["kernels"][0]["schedule"]  # x's symbolic rows have no TMA map
+    if arch == "sm_90a":  # x's symbolic rows come by TMA too: its map's extent is the launch's rows
+        assert "x as 128 x rows" in model.source_path.read_text()
     for rows, variant in ((5, 0), (2500, 1)):  # nearest the ladder's rungs 8 and 4096
         x = rng.standard_normal((rows, 128)).astype(np.float16)
         np.testing.assert_allclose(model(x).astype(np.float32), x.astype(np.float32) @ W2.T.astype(np.float32),
@@ -122,3 +123,15 @@ def test_a_row_start_is_proved_aligned_for_every_symbolic_value():
     assert multiple_of((b // 2) * s * 64 + (b % 2) * 32, 8)
     assert multiple_of(E.as_expr(4) * (s * 2), 8) and not multiple_of(E.as_expr(4) * s, 8)
     assert not multiple_of(b * 64 + s, 8) and not multiple_of(b // 2, 8)
+
+
+def test_a_tensor_maps_symbolic_extent_is_a_product_of_sizes():
+    from taskloom.errors import IRError
+    from taskloom.ir import expr as E
+    from taskloom.ir import gpu
+    b, s = E.Var("batch", T.int32), E.Var("seq", T.int32)
+    assert gpu.product_text(b * s) == "batch*seq" and gpu.product_text(b * 64) == "batch*64"
+    assert gpu.product_text(b + s) is None and gpu.product_text(b // 2) is None
+    assert gpu.map_extent("batch*seq*2", {"batch": 3, "seq": 7}.__getitem__) == 42
+    with pytest.raises(IRError, match="product of size parameters"):
+        gpu.TensorMap("m", "x", (64, "batch + 1"), (128,), (64, 64))

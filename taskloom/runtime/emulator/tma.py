@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from taskloom.ir.gpu import SWIZZLE_ALIGN, TensorMap
+from taskloom.ir.gpu import SWIZZLE_ALIGN, TensorMap, map_extent
 from taskloom.runtime.emulator import checks, memory
 from taskloom.runtime.emulator.machine import Machine, Mask
 from taskloom.runtime.emulator.wgmma import check_writes, swizzle128
@@ -144,7 +144,7 @@ def load(st: Machine, dst: memory.Buffer, dst_idx: np.ndarray, src: memory.Buffe
         grids = np.meshgrid(*[a + i for a, i in zip(at, inner)], indexing="ij")  # innermost first
         inside = np.ones(grids[0].shape, dtype=bool)
         for g, d in zip(grids, tmap.dims):
-            inside &= (g >= 0) & (g < d)
+            inside &= (g >= 0) & (g < map_extent(d, lambda name: int(st.full(st.env[name])[lane])))
         element = grids[0].astype(np.int64)
         for g, stride in zip(grids[1:], tmap.strides):
             element = element + g.astype(np.int64) * (stride // nbytes)

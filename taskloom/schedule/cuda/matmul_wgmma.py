@@ -180,9 +180,10 @@ class _WgmmaKernel(_Kernel):
         """The TMA descriptor of ``f`` where the config asks for TMA and ``f`` is one tensor
         parameter read whole: rows of its contiguous axis ``row_stride`` elements apart from
         the tensor's start, batches ``batch_stride`` apart (16-byte multiples: what cp.async
-        of 16 bytes needed already). A factor whose sizes are symbolic (a dynamic graph's
-        rows) has none: a kernel's maps are literals, so its threads copy it."""
-        if not self.c.tma or f.copy != 16 or not all(isinstance(d, int) for d in (self.con.batch, f.extent)):
+        of 16 bytes needed already). A dynamic graph's symbolic rows are an extent the
+        launcher evaluates (a product of sizes); a symbolic batch gets no map."""
+        extent = f.extent if isinstance(f.extent, int) else gpu.product_text(E.as_expr(f.extent))
+        if not self.c.tma or f.copy != 16 or not isinstance(self.con.batch, int) or extent is None:
             return None
         r, col = E.Var("r", index_type), E.Var("col", index_type)
         element = self._element(f, *((r, col) if f.k_inner else (col, r)))
@@ -197,7 +198,9 @@ class _WgmmaKernel(_Kernel):
         if at(0, 0, 0) != 0 or row_stride is None or batch_stride is None or \
                 any(at(b, 0, 0) != b * batch_stride for b in range(min(self.con.batch, ALIGNMENT_CHECKS))):
             return None
-        cols, rows = (self.con.K, f.extent) if f.k_inner else (f.extent, self.con.K)
+        cols, rows = (self.con.K, extent) if f.k_inner else (extent, self.con.K)
+        if not isinstance(cols, int):
+            return None  # (M-contiguous rows of symbolic length: their stride is symbolic too)
         if rows == 1:  # one row: its stride is never taken, but the map needs one
             row_stride = -(-cols // 8) * 8
         strides = (row_stride * 2,) + ((batch_stride * 2,) if self.con.batch > 1 else ())

@@ -223,13 +223,9 @@ def choose(con: "Contraction | Product", target: CudaTarget, at: Product | None 
     """The config of least modelled time for ``con`` (at the sizes ``at``, where a dynamic
     graph's symbols take them); ties go to the larger tile, then more stages, then a
     producer warpgroup, then TMA (which the model does not price: they take the copies off
-    the threads that multiply). A contraction with symbolic sizes gets no producer: its
-    factor of symbolic rows has no TMA map to be copied by."""
+    the threads that multiply)."""
     nbytes = element_bytes(con, target)
-    configs = target_space(target, nbytes)
-    if not isinstance(con, Product) and not con.static:  # symbolic rows go by cp.async: a producer would idle
-        configs = [c for c in configs if not getattr(c, "specialized", False)]
-    return min(configs, key=lambda c: rank(at or con, c, target, nbytes))
+    return min(target_space(target, nbytes), key=lambda c: rank(at or con, c, target, nbytes))
 
 
 def rank(con: "Contraction | Product", c: TensorCoreConfig, target: CudaTarget, nbytes: int) -> tuple:

@@ -39,15 +39,21 @@ def compile_once(name: str, target: CudaTarget, seq: int, dynamic: bool) -> dict
             raise _Built
         return stop
     torch._dynamo.reset()
-    os.environ["TASKLOOM_CACHE_DIR"] = tempfile.mkdtemp(prefix="taskloom-cache-")  # a cold build cache
-    started = time.perf_counter()
-    with warnings.catch_warnings(record=True) as caught, torch.inference_mode():
+    before = os.environ.get("TASKLOOM_CACHE_DIR")
+    with tempfile.TemporaryDirectory(prefix="taskloom-cache-") as cache, \
+            warnings.catch_warnings(record=True) as caught, torch.inference_mode():
+        os.environ["TASKLOOM_CACHE_DIR"] = cache  # a cold build cache
         warnings.simplefilter("always", PerShapeWarning)
+        started = time.perf_counter()
         try:
             torch.compile(lambda *xs: model(*xs), backend=compile_only, dynamic=dynamic)(*inputs)
         except _Built:
             pass
-    seconds = time.perf_counter() - started
+        seconds = time.perf_counter() - started
+    if before is None:
+        os.environ.pop("TASKLOOM_CACHE_DIR", None)
+    else:
+        os.environ["TASKLOOM_CACHE_DIR"] = before
     compiled = [g.compiled_graph for g in graphs if getattr(g, "compiled_graph", None) is not None]
     meta = [c.meta for c in compiled]
     return {"model": name, "dynamic": dynamic, "seq": seq, "seconds": round(seconds, 1),

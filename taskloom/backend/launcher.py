@@ -33,7 +33,7 @@ runs at these sizes (:mod:`taskloom.runtime.shape_binding`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 ENTRY = "taskloom_graph"
 PROFILE_ENTRY = "taskloom_graph_profile"
@@ -75,11 +75,15 @@ class Dispatch:
     note: str = ""
 
 
+def _switch(c: Dispatch, invocation: Callable[[Call], str]) -> str:
+    """A kernel built in variants: the one ``var`` names for this call's sizes."""
+    cases = [f"    case {k}:{invocation(v)[1:]} break;" for k, v in enumerate(c.calls) if k]
+    return "\n".join([f"  switch (var[{c.choice}]) {{", *cases, f"    default:{invocation(c.calls[0])[1:]}", "  }"])
+
+
 def _invocation(c: Call | Dispatch) -> str:
     if isinstance(c, Dispatch):
-        cases = [f"    case {k}:{_invocation(v)[1:]} break;" for k, v in enumerate(c.calls) if k]
-        return "\n".join([f"  switch (var[{c.choice}]) {{", *cases,
-                          f"    default:{_invocation(c.calls[0])[1:]}", "  }"])
+        return _switch(c, _invocation)
     args = [_arg(r) for r in c.args] + (["st"] if c.status else [])
     call = f"  {c.symbol}({', '.join(args)});"
     return call + " if (st->check) return;" if c.status else call
@@ -126,9 +130,7 @@ def cuda_launcher_source(calls: Sequence[Call | Dispatch], dynamic: bool = False
 
 def _cuda_invocation(c: Call | Dispatch) -> str:
     if isinstance(c, Dispatch):
-        cases = [f"    case {k}:{_cuda_invocation(v)[1:]} break;" for k, v in enumerate(c.calls) if k]
-        return "\n".join([f"  switch (var[{c.choice}]) {{", *cases,
-                          f"    default:{_cuda_invocation(c.calls[0])[1:]}", "  }"])
+        return _switch(c, _cuda_invocation)
     if len(c.types) != len(c.args):
         raise ValueError(f"launcher: call of {c.symbol} has {len(c.args)} arguments and {len(c.types)} types")
     args = [f"({t})({r.c()})" for r, t in zip(c.args, c.types)] + (["st"] if c.status else [])

@@ -76,8 +76,12 @@ def test_the_template_runs_the_variant_chosen_for_the_calls_rows(arch):
                              device="emulator", dynamic={"rows": (1, 4096)})
     [table] = model.meta["dynamic"]["variants"]
     assert len(set(table)) == 2 and "_v1" in model.source_path.read_text()  # a small tile, then a larger one
+    source = model.source_path.read_text()
+    launcher = source[source.index('extern "C" int taskloom_graph('):]
+    assert "const int64_t* sym, const int64_t* off, const int64_t* var, void* stream" in launcher
+    assert "switch (var[0])" in launcher and "case 1: if ((error = launch_k0_linear_v1((int32_t)(sym[0])" in launcher
     if arch == "sm_90a":  # x's symbolic rows come by TMA too: its map's extent is the launch's rows
-        assert "x as 128 x rows" in model.source_path.read_text()
+        assert "x as 128 x rows" in source
     for rows, variant in ((5, 0), (2500, 1)):  # nearest the ladder's rungs 8 and 4096
         x = rng.standard_normal((rows, 128)).astype(np.float16)
         np.testing.assert_allclose(model(x).astype(np.float32), x.astype(np.float32) @ W2.T.astype(np.float32),

@@ -86,8 +86,9 @@ class Hardware:
 
 #: per compute-capability major. Rates: NVIDIA's dense fp16 peaks (A100 312, H100 SXM 989
 #: TFLOP/s; Hopper's mma.sync at half its wgmma rate) times 0.93, what the H100's 4096³
-#: kernel sustained of the model's time; latencies: the H100's 128x3072x768 kernel's 24 steps
-#: of one warp to a sub-partition (9.5 us where the tensor cores needed 3.4).
+#: kernel sustained of the model's time; mma.sync's step latency: the H100's 128x3072x768
+#: kernel's 24 steps of one warp to a sub-partition (9.5 us where the tensor cores needed
+#: 3.4). Not measured yet: wgmma's step latency (a guess), and sm_80's latencies (the H100's).
 HARDWARE = {8: Hardware(952, 0, 32, 700, 370, 0, 1500),
             9: Hardware(952, 1905, 48, 700, 370, 150, 1500)}
 #: the kernels Nsight Compute timed on an H100 (one launch each, SM clock as found), which

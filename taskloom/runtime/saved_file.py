@@ -14,9 +14,9 @@ import contextlib
 import hashlib
 import hmac
 import json
-import re
 import math
 import os
+import re
 import struct
 import tempfile
 from pathlib import Path

@@ -155,7 +155,7 @@ def product_graph(m: int, n: int, k: int) -> Any:
 def _model_against_times(m: int, n: int, k: int) -> dict[str, Any]:
     """Each timed config of the float16 product m x n x k on this GPU beside the analytic
     model's cycles for it, and their rank correlation."""
-    from taskloom.cli.tune_report import spearman
+    from taskloom.tune.cost_model import spearman
     from taskloom.schedule.cuda.mma_model import Product, config_from_dict, cycles
     from taskloom.target import CudaTarget
     from taskloom.tune.cuda import records_target

@@ -34,7 +34,7 @@ from taskloom.tune import model as analytic
 from taskloom.tune.measure import Measurement, side_by_side
 from taskloom.schedule.templates.matmul_cpu import MatmulConfig
 from taskloom.tune.records import Records, config_key
-from taskloom.cli.tune_report import spearman
+from taskloom.tune.cost_model import spearman
 from taskloom.tune.tuner import _Search, tune_matmul
 
 MATMULS = [(128, 768, 768), (128, 768, 3072), (128, 3072, 768), (128, 768, 2304),

@@ -24,6 +24,7 @@ from taskloom.errors import ArgumentError, TaskloomError
 from taskloom.schedule.templates.matmul_cpu import MatmulConfig
 from taskloom.target import Target, get_target
 from taskloom.tune import model as analytic
+from taskloom.tune.cost_model import spearman
 from taskloom.tune.records import Records, config_key
 
 
@@ -41,14 +42,6 @@ class WorkloadReport:
     spearman_analytic: float | None
     spearman_learned: float | None
     points: list[tuple[float, float]] = field(default_factory=list)  # (predicted, measured) seconds
-
-
-def spearman(a: list[float], b: list[float]) -> float | None:
-    """Spearman's rank correlation of two equally long lists (None below 3 points)."""
-    if len(a) < 3 or len(set(a)) < 2 or len(set(b)) < 2:
-        return None
-    ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
-    return float(np.corrcoef(ra, rb)[0, 1])
 
 
 def report_workload(records: Records, workload: str, target: Target, learned: bool = True) -> WorkloadReport:

@@ -357,6 +357,15 @@ def load_ranker() -> Any:
 GRADES = 16
 
 
+def spearman(a: list[float], b: list[float]) -> float | None:
+    """Spearman's rank correlation of two equally long lists (None below 3 points): how
+    alike two orders of configs are (a model's and the clock's, or two machines')."""
+    if len(a) < 3 or len(set(a)) < 2 or len(set(b)) < 2:
+        return None
+    ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
 def relevance(seconds: np.ndarray) -> np.ndarray:
     """Integer grades of one task's measurements: ``GRADES`` for the fastest, falling linearly
     with the slowdown, 0 from twice the fastest on."""

@@ -3,9 +3,10 @@
 Tuning on one machine fills its record database (:class:`~taskloom.tune.records.Records`,
 ``tune.sqlite`` beside the build cache). ``export`` writes some or all of those records to
 a JSON Lines file, ``import`` merges such a file into a database here, so that a compile
-at tuning level 0 uses configs measured elsewhere and a cost model can train on them, and
+at tuning level 0 uses configs measured elsewhere and a cost model can train on them,
 ``list`` shows what a database holds: one line per workload and target with the number of
-records and the best time.
+records and the best time, and ``transfer FROM TO`` how FROM's best configs do on TO
+(:mod:`taskloom.tune.transfer`).
 
 ``--target`` takes a target key as recorded (the target's ``key()``) or the short name
 ``list`` prints for it (``x86_64-avx512+bf16+vnni+fp16+amx_tile``).
@@ -99,13 +100,33 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _transfer(args: argparse.Namespace) -> int:
+    from taskloom.tune.transfer import summary, transfer
+    records = _open(args, must_exist=True)
+    source, target = _target(records, args.source), _target(records, args.to)
+    rows = transfer(records, source, target, args.workload)  # type: ignore[arg-type]
+    if not rows:
+        print(f"no workload has successful records on both {short_target(source)} and {short_target(target)} "
+              f"in {records.path}")
+        return 0
+    table = [("workload", "best here", "best there", "pick there", "configs both", "spearman")]
+    table += [(r.workload, _ms(r.source_best_s), _ms(r.target_best_s),
+               "not timed" if r.ratio is None else f"{r.ratio:.3f}x", str(r.common),
+               "-" if r.spearman is None else f"{r.spearman:.2f}") for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for row in table:
+        print("  ".join(f"{x:<{w}}" if i == 0 else f"{x:>{w}}" for i, (x, w) in enumerate(zip(row, widths))))
+    print(summary(rows))
+    return 0
+
+
 def _ms(seconds: float | None) -> str:
     """A best time in milliseconds, or ``failed`` when no config of the workload ran."""
     return "failed" if seconds is None else f"{seconds * 1e3:.4g} ms"
 
 
 def add_records_commands(commands: argparse._SubParsersAction) -> None:
-    """Register ``records export``, ``records import`` and ``records list``."""
+    """Register ``records export``, ``records import``, ``records transfer`` and ``records list``."""
     group = commands.add_parser("records", help="export, import or list the tuning records "
                                 "(tune.sqlite beside the build cache)",
                                 description="Move tuning records between machines and runs: export "
@@ -135,6 +156,16 @@ def add_records_commands(commands: argparse._SubParsersAction) -> None:
                           "here, except that a success replaces a failure)")
     records_option(imp)
     imp.set_defaults(func=_import)
+
+    move = actions.add_parser("transfer", help="how one target's best configs do on another: each workload "
+                              "both tuned, the first's pick timed on the second against its own best")
+    named = "a target key as recorded, or the short name 'records list' prints"
+    move.add_argument("source", metavar="FROM", help=f"the target whose picks are tried: {named}")
+    move.add_argument("to", metavar="TO", help=f"the target they are tried on: {named}")
+    move.add_argument("--workload", default=None, metavar="W",
+                      help="only this workload; a trailing * selects a prefix, e.g. 'matmul_mma/*'")
+    records_option(move)
+    move.set_defaults(func=_transfer)
 
     lst = actions.add_parser("list", help="one line per workload and target: records and best time")
     lst.add_argument("--target", default=None, metavar="KEY", help=target_help)

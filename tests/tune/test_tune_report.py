@@ -4,7 +4,8 @@ the measured times are the predictions scaled and -1.0 when they are reversed.""
 from __future__ import annotations
 
 from taskloom.cli import main
-from taskloom.cli.tune_report import report_workload, spearman
+from taskloom.cli.tune_report import report_workload
+from taskloom.tune.cost_model import spearman
 from taskloom.target import host_target
 from taskloom.tune import model as analytic
 from taskloom.tune.records import Records

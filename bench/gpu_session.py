@@ -3,9 +3,11 @@ cut short keeps what it finished): the bar matmuls against cuBLAS, the benchmark
 float16 at batch 1 against torch eager, torch.compile and torch.compile with CUDA graphs
 (:mod:`taskloom.bench.gpu`), and, per model, the kernels taskloom's program spends its time
 in (torch.profiler) beside the host's time per call, the bar products tuned on the GPU
-against the analytic model's configs, and BERT's linears split along K.
+against the analytic model's configs, BERT's linears split along K, and BERT over several
+shapes compiled once with symbolic sizes against a compile per shape and the peers.
 
-    python3 bench/gpu_session.py --out DIR [--stages wgmma_smoke|matmul,mma_sync,models,tune,split_k] [--models bert,resnet50]
+    python3 bench/gpu_session.py --out DIR [--stages wgmma_smoke|matmul,mma_sync,models,tune,split_k,dynamic]
+        [--models bert,resnet50]
 """
 from __future__ import annotations
 
@@ -247,6 +249,59 @@ def profile(name: str, model: Any, inputs: tuple[Any, ...], calls: int = 20) -> 
             "table": "\n".join(lines)}
 
 
+#: (batch, sequence) of the dynamic stage: dynamo specializes a size of 1, so the batch of 4
+#: is the one shape whose batch is symbolic
+DYNAMIC_SHAPES = ((1, 16), (1, 64), (1, 128), (1, 384), (4, 128))
+
+
+def dynamic_bert(out: Path, repeats: int, rounds: int, shapes: Any = DYNAMIC_SHAPES, device: str = "cuda") -> None:
+    """BERT in float16 at each of ``shapes``: taskloom compiled once with ``dynamic=True``
+    against taskloom compiled per shape, torch.compile with ``dynamic=True`` and eager torch;
+    per shape each system's first call (its compiles) and its time (``device="cpu"``: a dry
+    run of the stage's logic, in float32 and timed on the host)."""
+    from taskloom.bench.gpu import _taskloom_backend, time_cuda_rounds
+    from taskloom.bench.timing import time_rounds
+    from taskloom.bench.zoo import build
+    on_gpu = device == "cuda"
+    timer = time_cuda_rounds if on_gpu else time_rounds
+    torch._dynamo.reset()
+    model = build("bert", batch=1, seq=16)[0].to(device, torch.float16 if on_gpu else torch.float32).eval()
+
+    def first(*args: Any) -> Any:
+        o = model(*args)
+        return o if isinstance(o, torch.Tensor) else o[0]
+    systems = {"taskloom-dynamic": torch.compile(first, backend=_taskloom_backend(), dynamic=True),
+               "taskloom-static": torch.compile(first, backend=_taskloom_backend(), dynamic=False),
+               "inductor-dynamic": torch.compile(first, dynamic=True), "torch": first}
+    results: list[dict[str, Any]] = []
+    for batch, seq in shapes:
+        inputs = tuple(x.to(device) for x in build("bert", batch=batch, seq=seq)[1])
+        row: dict[str, Any] = {"batch": batch, "seq": seq, "first_call_s": {}, "max_rel_diff": {}, "median_ms": {}}
+        with torch.inference_mode():
+            want = first(*inputs).float()
+            calls = {}
+            for name, fn in systems.items():
+                try:
+                    started = time.perf_counter()
+                    got = fn(*inputs).float()
+                    if on_gpu:
+                        torch.cuda.synchronize()
+                    row["first_call_s"][name] = round(time.perf_counter() - started, 3)
+                    row["max_rel_diff"][name] = float((got - want).abs().max() / want.abs().max())
+                    calls[name] = (lambda f: lambda: f(*inputs))(fn)
+                except Exception as exc:  # a failing system is reported; the others go on
+                    row["first_call_s"][name] = f"{type(exc).__name__}: {exc}"[:300]
+            times = timer(calls, repeats, rounds)
+        for name, blocks in times.items():
+            row["median_ms"][name] = repr(blocks) if isinstance(blocks, Exception) else \
+                statistics.median(t for block in blocks for t in block)
+        print(f"bert {'float16' if on_gpu else 'float32 (dry run)'} batch {batch} seq {seq}: " + ", ".join(
+            f"{n} {row['median_ms'].get(n, '-') if not isinstance(row['median_ms'].get(n), float) else round(row['median_ms'][n], 3)} ms "
+            f"(first call {row['first_call_s'].get(n)} s)" for n in systems), flush=True)
+        results.append(row)
+        _save(out / "dynamic.json", {"shapes": results, "gpu": gpu_facts() if on_gpu else None})
+
+
 def _guarded(fn: Any) -> Any:
     try:
         return fn()
@@ -284,6 +339,8 @@ def main() -> None:
         tune_products(args.out, args.repeats, args.rounds)
     if "split_k" in stages:
         split_linears(args.out, args.repeats, args.rounds)
+    if "dynamic" in stages:
+        dynamic_bert(args.out, args.repeats, args.rounds)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 # A lent GPU's checks and measurements, most valuable first, each step under its own time
 # limit so that one hang costs only its step. Run from the repository root on the GPU
 # machine; what it finds lands in $OUT: log.txt (all output), gpu.json, matmul.json,
-# matmul_mma_sync.json, models.json, tune.json, records.jsonl, split_k.json (bench/gpu_session.py). A .gpucache folder made by bench/gpu_prepare.py is
+# matmul_mma_sync.json, models.json, tune.json, records.jsonl, split_k.json, dynamic.json (bench/gpu_session.py). A .gpucache folder made by bench/gpu_prepare.py is
 # used as taskloom's build cache when present.
 set -u
 OUT=${OUT:-/tmp/taskloom-gpu}
@@ -52,10 +52,11 @@ export -f facts
     fi
     step 90 python3 bench/gpu_session.py --out "$OUT" --stages matmul
     [ "${TASKLOOM_WGMMA:-1}" != 0 ] && step 45 python3 bench/gpu_session.py --out "$OUT" --stages mma_sync
-    step "$(left 170)" python3 bench/gpu_session.py --out "$OUT" --stages models
-    step 100 python3 bench/gpu_session.py --out "$OUT" --stages tune
+    step "$(left 240)" python3 bench/gpu_session.py --out "$OUT" --stages models
+    step 90 python3 bench/gpu_session.py --out "$OUT" --stages tune
     step 60 ncu --kernel-name 'regex:^k[0-9]+_' --clock-control none --section SpeedOfLight \
         --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
         --section ComputeWorkloadAnalysis --section SourceCounters python3 bench/gpu_ncu_matmul.py
-    step "$(left 0)" python3 bench/gpu_session.py --out "$OUT" --stages split_k
+    step 30 python3 bench/gpu_session.py --out "$OUT" --stages split_k
+    step "$(left 0)" python3 bench/gpu_session.py --out "$OUT" --stages dynamic
 } 2>&1 | tee "$OUT/log.txt"

@@ -11,18 +11,12 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
-import time
 import warnings
 
-import torch
-
+from gpu_prepare import compile_only
 from taskloom.bench.zoo import build
-from taskloom.frontend.torch import Backend, PerShapeWarning
+from taskloom.frontend.torch import PerShapeWarning
 from taskloom.target import CudaTarget
-
-
-class _Built(Exception):
-    """Raised in place of running the compiled program: only its build was wanted."""
 
 
 def compile_once(name: str, target: CudaTarget, seq: int, dynamic: bool) -> dict:
@@ -30,32 +24,17 @@ def compile_once(name: str, target: CudaTarget, seq: int, dynamic: bool) -> dict
     model, inputs = build(name, batch=1, seq=seq)
     model = model.half().eval()
     inputs = tuple(x.half() if x.is_floating_point() else x for x in inputs)
-    backend, graphs = Backend(target=target, device="emulator"), []
-
-    def compile_only(gm, example_inputs):
-        graphs.append(backend(gm, example_inputs))
-
-        def stop(*args):
-            raise _Built
-        return stop
-    torch._dynamo.reset()
     before = os.environ.get("TASKLOOM_CACHE_DIR")
     with tempfile.TemporaryDirectory(prefix="taskloom-cache-") as cache, \
-            warnings.catch_warnings(record=True) as caught, torch.inference_mode():
+            warnings.catch_warnings(record=True) as caught:
         os.environ["TASKLOOM_CACHE_DIR"] = cache  # a cold build cache
         warnings.simplefilter("always", PerShapeWarning)
-        started = time.perf_counter()
-        try:
-            torch.compile(lambda *xs: model(*xs), backend=compile_only, dynamic=dynamic)(*inputs)
-        except _Built:
-            pass
-        seconds = time.perf_counter() - started
+        seconds, backend = compile_only(lambda *xs: model(*xs), inputs, target, dynamic)
     if before is None:
         os.environ.pop("TASKLOOM_CACHE_DIR", None)
     else:
         os.environ["TASKLOOM_CACHE_DIR"] = before
-    compiled = [g.compiled_graph for g in graphs if getattr(g, "compiled_graph", None) is not None]
-    meta = [c.meta for c in compiled]
+    meta = [fn.compiled_graph.meta for fn in backend.compiled if fn.compiled_graph is not None]
     return {"model": name, "dynamic": dynamic, "seq": seq, "seconds": round(seconds, 1),
             "kernels": sum(len(m["kernels"]) for m in meta),
             "symbols": sorted({s["name"] for m in meta for s in m.get("dynamic", {}).get("symbols", [])}),

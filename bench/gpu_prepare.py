@@ -77,9 +77,15 @@ def prepare_tuning(target: CudaTarget) -> float:
 
 
 def _compile(model, inputs, target: CudaTarget) -> float:
+    return compile_only(model, inputs, target)[0]
+
+
+def compile_only(model, inputs, target: CudaTarget, dynamic: bool = False) -> tuple[float, Backend]:
+    """Compiles ``model`` for ``target`` as torch.compile would on its first call, running
+    nothing: the seconds it took, and the backend (its ``compiled`` functions)."""
     backend = Backend(target=target, device="emulator")
 
-    def compile_only(gm, example_inputs):
+    def build_only(gm, example_inputs):
         backend(gm, example_inputs)
 
         def stop(*args):
@@ -89,10 +95,10 @@ def _compile(model, inputs, target: CudaTarget) -> float:
     started = time.perf_counter()
     try:
         with torch.inference_mode():
-            torch.compile(model, backend=compile_only)(*inputs)
+            torch.compile(model, backend=build_only, dynamic=dynamic)(*inputs)
     except _Built:
         pass
-    return time.perf_counter() - started
+    return time.perf_counter() - started, backend
 
 
 def main() -> None:

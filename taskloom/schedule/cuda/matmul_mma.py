@@ -169,7 +169,8 @@ class _Factor:
     copy: int
 
 
-#: Batches whose every row start copies checks one by one; past it a factor is computed.
+#: Batches whose every row start copies checks one by one; past it (or for a symbolic batch)
+#: the start is proved aligned for every batch element at once (:func:`multiple_of`).
 ALIGNMENT_CHECKS = 1024
 
 
@@ -207,8 +208,8 @@ def multiple_of(e: E.Expr, n: int) -> bool:
         return multiple_of(e.a, n) and multiple_of(e.b, n)
     if isinstance(e, E.Binary) and e.op == "mul":
         for x, y in ((e.a, e.b), (e.b, e.a)):
-            if isinstance(x, E.Constant) and (multiple_of(y, n // math.gcd(int(x.value), n)) or int(x.value) % n == 0):
-                return True
+            if isinstance(x, E.Constant) and multiple_of(y, n // math.gcd(int(x.value), n)):
+                return True  # (x a multiple of n leaves y a multiple of 1: anything)
         return multiple_of(e.a, n) or multiple_of(e.b, n)
     return n == 1
 

@@ -82,7 +82,6 @@ def _lower_reductions(value: E.Expr, names: NameGen) -> tuple[E.Expr, list[S.Stm
         bound = {a for r in reductions for a in r.axes}  # type: ignore[attr-defined]
         ready = [r for r in reductions if not _outer_reads(r) & bound]  # type: ignore[arg-type]
         r: ReduceCompute = next(r for r in ready if not any(o is not r and _contains(r, o) for o in ready))  # type: ignore
-
         if r.kind not in _COMBINE:
             raise ScheduleError(f"the CUDA rules do not compute {r.kind} reductions yet")
         acc = E.Var(names.fresh(f"{r.kind}_acc"), r.type)

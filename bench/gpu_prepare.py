@@ -5,7 +5,7 @@ The code of a build depends on the target's numbers, so a GPU that reads differe
 ``--gpu`` builds afresh; nothing is wrong then, only slower.
 
     TASKLOOM_CACHE_DIR=.gpucache python3 bench/gpu_prepare.py --gpu "NVIDIA H100 80GB HBM3" \
-        [--matmuls] [--tuning] bert resnet50
+        [--matmuls] [--tuning] [--dynamic] bert resnet50
 """
 from __future__ import annotations
 
@@ -76,6 +76,21 @@ def prepare_tuning(target: CudaTarget) -> float:
     return time.perf_counter() - started
 
 
+def prepare_dynamic(target: CudaTarget) -> float:
+    """The dynamic stage's BERT builds (bench/gpu_session.py DYNAMIC_SHAPES): compiled once
+    with ``dynamic=True`` (the sequence symbolic at batch 1, then batch and sequence), and
+    once per shape; the seconds they took."""
+    from gpu_session import DYNAMIC_SHAPES
+    model = build("bert", batch=1, seq=16)[0].half().eval()
+    seconds = 0.0
+    for index, (batch, seq) in enumerate(DYNAMIC_SHAPES):
+        inputs = build("bert", batch=batch, seq=seq)[1]
+        if index == 0 or batch > 1:  # the calls on which the session's dynamic compile recompiles
+            seconds += compile_only(lambda *xs: _first(model(*xs)), inputs, target, dynamic=True)[0]
+        seconds += _compile(lambda *xs: _first(model(*xs)), inputs, target)
+    return seconds
+
+
 def _compile(model, inputs, target: CudaTarget) -> float:
     return compile_only(model, inputs, target)[0]
 
@@ -106,6 +121,7 @@ def main() -> None:
     parser.add_argument("models", nargs="*")
     parser.add_argument("--matmuls", action="store_true", help="also the session's matmuls")
     parser.add_argument("--tuning", action="store_true", help="also the libraries its tune stage times")
+    parser.add_argument("--dynamic", action="store_true", help="also its dynamic stage's BERT builds")
     parser.add_argument("--gpu", default="NVIDIA H100 80GB HBM3", help="the name the GPU's driver reports")
     parser.add_argument("--arch", default="sm_90a")
     args = parser.parse_args()
@@ -114,6 +130,8 @@ def main() -> None:
         print(f"matmuls: built in {prepare_matmuls(target):.1f} s", flush=True)
     if args.tuning:
         print(f"tuning: built in {prepare_tuning(target):.1f} s", flush=True)
+    if args.dynamic:
+        print(f"dynamic: built in {prepare_dynamic(target):.1f} s", flush=True)
     for name in args.models:
         print(f"{name}: built in {prepare(name, target):.1f} s", flush=True)
 

@@ -7,7 +7,7 @@ against the analytic model's configs, BERT's linears split along K, and BERT ove
 shapes compiled once with symbolic sizes against a compile per shape and the peers.
 
     python3 bench/gpu_session.py --out DIR [--stages wgmma_smoke|matmul,mma_sync,models,tune,split_k,dynamic]
-        [--models bert,resnet50]
+        [--models bert,resnet50] [--systems taskloom,torch,inductor,cudagraphs]
 """
 from __future__ import annotations
 
@@ -86,11 +86,11 @@ def wgmma_smoke(target: str = "cuda", device: str = "cuda") -> int:
     return 0 if used and max(errors) < 0.5 else 1
 
 
-def models(out: Path, names: list[str], repeats: int, rounds: int) -> None:
+def models(out: Path, names: list[str], repeats: int, rounds: int, systems: Any = SYSTEMS) -> None:
     """Each model against the peers, then a profile of taskloom's program."""
     results: list[Any] = []
     for name in names:
-        record = _guarded(lambda: bench_model(name, 1, 128, "float16", repeats, rounds, SYSTEMS))
+        record = _guarded(lambda: bench_model(name, 1, 128, "float16", repeats, rounds, systems))
         _show(f"{name} float16 batch 1", record)
         record["profile"] = _guarded(lambda: profile_model(name))
         print(record["profile"].get("table", record["profile"]), flush=True)
@@ -118,7 +118,7 @@ def split_linears(out: Path, repeats: int, rounds: int) -> None:
     """BERT-base's linears (float16, 128 rows, a bias) whole and split along K into 2, 4 and
     8 parts, and as the model picks (``TASKLOOM_SPLIT_K``): what the split is worth."""
     from taskloom.bench.gpu import time_cuda_rounds
-    from taskloom.frontend.torch import taskloom_backend
+    from taskloom.bench.gpu import _taskloom_backend
     results = []
     for m, n, k in MATMULS[3:]:
         layer = torch.nn.Linear(k, n).to("cuda", torch.float16).eval()
@@ -127,7 +127,7 @@ def split_linears(out: Path, repeats: int, rounds: int) -> None:
         for setting in ("0", "2", "4", "8", "auto"):
             os.environ["TASKLOOM_SPLIT_K"] = setting
             torch._dynamo.reset()
-            compiled = torch.compile(layer, backend=taskloom_backend)
+            compiled = torch.compile(layer, backend=_taskloom_backend())
             with torch.inference_mode():
                 compiled(x)
             calls[f"split {setting}"] = (lambda c: lambda: c(x))(compiled)
@@ -220,17 +220,17 @@ def profile(name: str, model: Any, inputs: tuple[Any, ...], calls: int = 20) -> 
     """taskloom's compiled ``model``: host milliseconds per call (replaying a CUDA graph, and
     launching kernel by kernel), GPU kernel time per call, and the kernels that take it, from
     torch.profiler."""
-    from taskloom.frontend.torch import taskloom_backend
+    from taskloom.bench.gpu import _taskloom_backend
     one_by_one = float("nan")
     os.environ["TASKLOOM_CUDA_GRAPHS"] = "0"
     try:
         torch._dynamo.reset()
         with torch.inference_mode():
-            one_by_one = _host_ms(torch.compile(model, backend=taskloom_backend), inputs, calls)
+            one_by_one = _host_ms(torch.compile(model, backend=_taskloom_backend()), inputs, calls)
     finally:
         del os.environ["TASKLOOM_CUDA_GRAPHS"]
     torch._dynamo.reset()
-    compiled = torch.compile(model, backend=taskloom_backend)
+    compiled = torch.compile(model, backend=_taskloom_backend())
     with torch.inference_mode():
         host_ms = _host_ms(compiled, inputs, calls)
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
@@ -321,6 +321,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--stages", default="matmul,models")
     parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--systems", default=",".join(SYSTEMS), help="the models stage's systems")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
@@ -334,7 +335,7 @@ def main() -> None:
     if "mma_sync" in stages:
         mma_sync_matmuls(args.out, args.repeats, args.rounds)
     if "models" in stages:
-        models(args.out, args.models.split(","), args.repeats, args.rounds)
+        models(args.out, args.models.split(","), args.repeats, args.rounds, args.systems.split(","))
     if "tune" in stages:
         tune_products(args.out, args.repeats, args.rounds)
     if "split_k" in stages:

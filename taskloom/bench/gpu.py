@@ -128,10 +128,12 @@ def _peers(torch: Any, fn: Callable[..., Any], args: tuple[Any, ...]) -> dict[st
 
 
 def _taskloom_backend() -> Any:
-    """What ``backend="taskloom"`` names, taken directly: the name resolves through the
-    installed package's entry point, and a source tree on PYTHONPATH has none."""
-    from taskloom.frontend.torch import taskloom_backend
-    return taskloom_backend
+    """What ``backend="taskloom"`` names, taken directly (the name resolves through the
+    installed package's entry point, and a source tree on PYTHONPATH has none), without
+    falling back to eager PyTorch: a graph that does not compile is a failed row, not
+    PyTorch's time under taskloom's name."""
+    from taskloom.frontend.torch import Backend
+    return Backend(fallback=False)
 
 
 def bench_matmul(M: int, K: int, N: int, dtype: str, repeats: int, rounds: int,

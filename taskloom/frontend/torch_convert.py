@@ -199,9 +199,9 @@ class _Interpreter:
         if not self.is_input[position]:
             self.env[node] = to_expr(val, self.symbol_names) if is_symbolic(val) else value
             return
+        # (an input's device is the target's business, checked where the target is chosen:
+        # only its shape and dtype enter the graph)
         name = self.input_names[node] = self.names[position]
-        if value.device.type != "cpu":
-            raise FrontendError(f"input '{name}' is on {value.device}; the CPU backend takes CPU tensors")
         if is_symbolic(val):
             t = Tensor(tuple(to_expr(d, self.symbol_names) for d in val.shape), dtype_of(value.dtype), name=name)
             for d in val.shape:

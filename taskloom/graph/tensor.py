@@ -23,6 +23,8 @@ class Tensor:
 
     def __init__(self, shape: Sequence[int | Expr], dtype: T.DataType, data: np.ndarray | None = None,
                  producer: Any = None, name: str | None = None):
+        if data is not None and data.dtype != (dtype.numpy or np.uint16):  # (bfloat16: its bits)
+            raise OpError(f"a {dtype.name} tensor cannot hold {data.dtype} data")
         self.shape = tuple(shape)
         self.dtype = dtype
         self._data = data

@@ -118,6 +118,28 @@ wide_index_type = int64
 INDEX_MAX = 2 ** 31 - 1
 
 
+# bfloat16 has no numpy type: its values are held as their 16 bits in a uint16
+
+def bf16_round(x: np.ndarray) -> np.ndarray:
+    """float32 values rounded to the nearest bfloat16 (ties to even), NaN kept a NaN."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    rounded = (bits + (((bits >> 16) & 1) + 0x7FFF)) & 0xFFFF0000
+    nan = np.isnan(x)
+    if nan.any():
+        rounded = np.where(nan, (bits & 0x80000000) | 0x7FC00000, rounded)
+    return rounded.astype(np.uint32).view(np.float32)
+
+
+def bf16_from_bits(bits: np.ndarray) -> np.ndarray:
+    """bfloat16 bits (uint16) as the float32 values they hold."""
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def bf16_to_bits(x: np.ndarray) -> np.ndarray:
+    """float32 values as the bits (uint16) of their nearest bfloat16."""
+    return (bf16_round(x).view(np.uint32) >> 16).astype(np.uint16)
+
+
 def index_type_for(count: int | None) -> DataType:
     """The index type that holds every position below ``count`` (None: not known, so wide)."""
     return index_type if count is not None and count <= INDEX_MAX else wide_index_type

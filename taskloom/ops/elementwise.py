@@ -82,7 +82,9 @@ def _is_scalar(x: Any) -> bool:
 
 
 def _scalar_tensor(x: bool | int | float, dt: T.DataType) -> Tensor:
-    """A 0-d concrete tensor holding ``x`` as ``dt``."""
+    """A 0-d concrete tensor holding ``x`` as ``dt`` (a bfloat16 as its bits)."""
+    if dt.numpy is None:
+        return Tensor((), dt, T.bf16_to_bits(np.array([x], np.float32)).reshape(()))
     return Tensor((), dt, np.array(x, dtype=dt.numpy))
 
 

@@ -141,7 +141,8 @@ class CudaCompiledGraph:
         outs = self._copies(tables)
         if any(hasattr(a, "detach") for a in args):  # torch tensors in, torch tensors out
             import torch
-            outs = [torch.from_numpy(o) for o in outs]
+            outs = [torch.from_numpy(o).view(torch.bfloat16) if spec["dtype"] == "bfloat16" else torch.from_numpy(o)
+                    for o, spec in zip(outs, self.outputs)]
         return outs
 
     def _emulator_arg(self, tables: dict[str, list[np.ndarray]], kind: str, index: int, p: Any, fn: Any,
@@ -159,7 +160,8 @@ class CudaCompiledGraph:
 
     def _host_input(self, k: int, a: Any, binding: Binding | None) -> np.ndarray:
         spec = self.inputs[k]
-        arr = a.detach().cpu().numpy() if hasattr(a, "detach") else np.asarray(a)
+        from taskloom.runtime.emulator.launch import host_array
+        arr = host_array(a.detach().cpu()) if hasattr(a, "detach") else np.asarray(a)
         check_input(spec, arr.dtype == _numpy(spec["dtype"]), str(arr.dtype), arr.shape, binding)
         return np.ascontiguousarray(arr)
 

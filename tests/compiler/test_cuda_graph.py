@@ -40,6 +40,17 @@ def test_a_graph_runs_in_the_emulator_as_on_the_cpu():
     assert len(model.last_reports) == len(model.meta["kernels"]) == 3
 
 
+def test_bfloat16_tensors_in_and_out_of_the_emulator():
+    torch = pytest.importorskip("torch")
+    x = input((3, 8), "bfloat16", name="x")
+    model = taskloom.compile(Graph([x], [ops.relu(x) * 2.0]), target=TARGET, device="emulator")
+    t = torch.randn(3, 8).to(torch.bfloat16)
+    got = model(t)
+    got = got[0] if isinstance(got, (list, tuple)) else got
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got, torch.relu(t) * 2)
+
+
 def test_bad_inputs_and_unsupported_uses_are_clear_errors():
     model = taskloom.compile(mlp(), target=TARGET, device="emulator")
     with pytest.raises(TaskloomError, match="input 'x' must be float32 of shape"):

@@ -77,14 +77,28 @@ def test_cuda_inputs_take_tf32_where_torch_allows_it():
         torch.set_float32_matmul_precision(before)
 
 
+def test_an_input_off_the_cpu_converts_by_its_shape_and_dtype():
+    # CUDA inputs reach the converter as they are; the meta device stands in for the GPU here
+    from taskloom.frontend.torch_convert import convert
+    from taskloom.frontend.torch_lower import lower_to_aten
+    gm = torch.fx.symbolic_trace(lambda x, w: torch.relu(x @ w))
+    x, w = torch.randn(2, 4, device="meta"), torch.randn(4, 3)
+    graph = convert(lower_to_aten(gm, (x, w)), (x, w), [True, False], ["x", "w"]).graph
+    assert [(t.name, t.shape) for t in graph.inputs] == [("x", (2, 4))]
+
+
 @pytest.mark.cuda
 def test_cuda_tensors_compile_for_the_gpu_they_are_on():
+    from taskloom.frontend.torch import Backend
     model = ConvNet().eval().cuda()
     x = torch.randn(2, 3, 16, 16, device="cuda")
+    backend = Backend()
     with torch.no_grad():
-        got = torch.compile(model, backend="taskloom")(x)
+        got = torch.compile(model, backend=backend)(x)
         want = model(x)
     assert got.is_cuda
+    assert backend.fallbacks == [] and len(backend.compiled) == 1  # compiled, not eager
+    assert backend.compiled[0].compiled_graph.device == "cuda"
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
 
 

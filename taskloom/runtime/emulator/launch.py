@@ -134,7 +134,9 @@ def _scalar(fn: S.Function, p: E.Var, a: Any) -> np.ndarray:
     return values.constant(a.item() if isinstance(a, np.generic) else a, t)
 
 
-def _as_array(fn: S.Function, p: E.Var, a: Any) -> np.ndarray:
+def host_array(a: Any) -> np.ndarray | None:
+    """``a`` as a numpy array where it is one or a CPU tensor (bfloat16 as its 16 bits, which
+    numpy has no type for), else None."""
     if isinstance(a, np.ndarray):
         return a
     torch = sys.modules.get("torch")
@@ -142,6 +144,13 @@ def _as_array(fn: S.Function, p: E.Var, a: Any) -> np.ndarray:
         if a.dtype == torch.bfloat16:
             return a.detach().view(torch.int16).numpy().view(np.uint16)
         return a.detach().numpy()
+    return None
+
+
+def _as_array(fn: S.Function, p: E.Var, a: Any) -> np.ndarray:
+    array = host_array(a)
+    if array is not None:
+        return array
     raise ArgumentError(f"kernel '{fn.name}': argument '{p.name}' must be a numpy array (or a CPU tensor), "
                         f"got {type(a).__name__}")
 

@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-from taskloom.ir.dtypes import DataType, Type, VectorType
+from taskloom.ir.dtypes import DataType, Type, VectorType, bf16_from_bits, bf16_round, bf16_to_bits
 
 Array = np.ndarray
 
@@ -35,24 +35,8 @@ def storage(t: DataType) -> np.dtype:
 
 
 # ----------------------------------------------------------------------------- bfloat16
-
-def bf16_round(x: Array) -> Array:
-    """float32 values rounded to the nearest bfloat16 (ties to even), NaN kept a NaN."""
-    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
-    rounded = (bits + (((bits >> 16) & 1) + 0x7FFF)) & 0xFFFF0000
-    nan = np.isnan(x)
-    if nan.any():
-        rounded = np.where(nan, (bits & 0x80000000) | 0x7FC00000, rounded)
-    return rounded.astype(np.uint32).view(np.float32)
-
-
-def bf16_from_bits(bits: Array) -> Array:
-    return (bits.astype(np.uint32) << 16).view(np.float32)
-
-
-def bf16_to_bits(x: Array) -> Array:
-    return (bf16_round(x).view(np.uint32) >> 16).astype(np.uint16)
-
+# (bf16_round, bf16_to_bits and bf16_from_bits live with the types: the graph holds bfloat16
+# constants as their bits too)
 
 def to_value(stored: Array, t: DataType) -> Array:
     """Elements read from memory as values."""

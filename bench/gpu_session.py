@@ -6,7 +6,7 @@ in (torch.profiler) beside the host's time per call, the bar products tuned on t
 against the analytic model's configs, BERT's linears split along K, and BERT over several
 shapes compiled once with symbolic sizes against a compile per shape and the peers.
 
-    python3 bench/gpu_session.py --out DIR [--stages wgmma_smoke|matmul,mma_sync,models,tune,split_k,dynamic]
+    python3 bench/gpu_session.py --out DIR [--stages wgmma_smoke|check_bert,matmul,mma_sync,models,tune,split_k,dynamic]
         [--models bert,resnet50] [--systems taskloom,torch,inductor,cudagraphs]
 """
 from __future__ import annotations
@@ -84,6 +84,36 @@ def wgmma_smoke(target: str = "cuda", device: str = "cuda") -> int:
     errors = [float((g.float() - r).abs().max()) for g, r in zip(got, want)]
     print(f"wgmma kernels: {used}; largest errors {errors}", flush=True)
     return 0 if used and max(errors) < 0.5 else 1
+
+
+def check_bert(out: Path, layers: tuple[int, ...] = (1, 12)) -> None:
+    """BERT in float16 (``layers`` deep, sequence 128) against eager torch, with wgmma and
+    without, then each of its kernels by itself (:mod:`taskloom.runtime.cuda_check`): which
+    kernel leaves memory unwritten or computes differently twice on this GPU."""
+    import transformers
+    from taskloom.bench.gpu import _taskloom_backend
+    from taskloom.runtime.cuda_check import check_kernels, format_checks
+    found: dict[str, Any] = {}
+    ids = torch.randint(0, 30522, (1, 128), device="cuda")
+    for depth in layers:
+        config = transformers.BertConfig(attn_implementation="eager", num_hidden_layers=depth)
+        model = transformers.BertModel(config, add_pooling_layer=False).to("cuda", torch.float16).eval()
+        with torch.inference_mode():
+            want = model(input_ids=ids).last_hidden_state.float()
+            for wgmma in ("1", "0"):
+                os.environ["TASKLOOM_WGMMA"] = wgmma
+                torch._dynamo.reset()
+                backend = _taskloom_backend()
+                got = torch.compile(lambda x: model(input_ids=x).last_hidden_state, backend=backend)(ids).float()
+                diff = float((got - want).abs().max() / want.abs().max())
+                graph = backend.compiled[0].compiled_graph
+                table = format_checks(check_kernels(graph, ids))
+                again = float((graph(ids).float() - want).abs().max() / want.abs().max())
+                key = f"{depth} layers, wgmma {'on' if wgmma == '1' else 'off'}"
+                found[key] = {"max_rel_diff": diff, "max_rel_diff_after_checks": again, "kernels": table}
+                print(f"bert {key}: max relative difference {diff:.3g} (then {again:.3g})\n{table}", flush=True)
+                _save(out / "check_bert.json", found)
+        os.environ.pop("TASKLOOM_WGMMA", None)
 
 
 def models(out: Path, names: list[str], repeats: int, rounds: int, systems: Any = SYSTEMS) -> None:
@@ -330,6 +360,8 @@ def main() -> None:
     stages = args.stages.split(",")
     if "wgmma_smoke" in stages:
         raise SystemExit(wgmma_smoke())
+    if "check_bert" in stages:
+        check_bert(args.out)
     if "matmul" in stages:
         matmuls(args.out, args.repeats, args.rounds)
     if "mma_sync" in stages:

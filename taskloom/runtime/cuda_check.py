@@ -1,0 +1,187 @@
+"""Each kernel of a compiled CUDA graph checked by itself, on the GPU or in the emulator: the
+tool for a model whose result is wrong on the GPU though every kernel passes its own tests.
+
+The graph's calls run one at a time, in the launcher's order, each twice from the same
+inputs: first with the buffers it writes filled with 0xFF bytes (NaN in every float type),
+then, inputs restored, with 0x00. Bytes that hold the first fill after the first run and the
+second after the second are ones the kernel never wrote; others that differ between the runs
+are a race (or a read of memory no one wrote). The emulator runs blocks in lockstep, so a
+hazard between blocks shows only on the GPU; this finds which kernel has it.
+
+    from taskloom.runtime.cuda_check import check_kernels, format_checks
+    print(format_checks(check_kernels(compiled, *inputs)))
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from taskloom.ir import expr as E
+from taskloom.ir import gpu
+
+
+@dataclass
+class KernelCheck:
+    """One call's findings: per buffer it writes, the elements it left unwritten and those
+    that differed between two runs from the same inputs."""
+
+    call: int
+    kernel: str
+    unwritten: dict[str, int] = field(default_factory=dict)
+    unstable: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.unwritten and not self.unstable
+
+
+def check_kernels(graph: Any, *args: Any) -> list[KernelCheck]:
+    """Runs every call of ``graph`` (a :class:`~taskloom.runtime.cuda_graph.CudaCompiledGraph`)
+    by itself, twice, on its device; a :class:`KernelCheck` per call. The graph's outputs are
+    left as the second runs wrote them."""
+    binding = graph._binder.bind([tuple(np.shape(a)) for a in args]) if graph._binder is not None else None
+    memory = _GpuMemory(graph, args, binding) if graph.device == "cuda" else _HostMemory(graph, args, binding)
+    checks = []
+    for number, call in enumerate(graph._calls(binding)):
+        fn = graph._kernels[call["kernel"]]
+        sizes = memory.sizes(call, fn)
+        argv = [memory.arg(kind, index, p, fn, sizes) for (kind, index), p in zip(call["args"], fn.params)]
+        written = {t.name for t in gpu.written_tensors(fn.body) if isinstance(t, E.Var)}
+        tensors = [(p.name, a) for p, a in zip(fn.params, argv) if kind_of(a) is not None]
+        kept = [memory.copy(a) for _, a in tensors]
+        outs = [(name, a) for name, a in tensors if name in written]
+        runs = []
+        for fill in (0xFF, 0x00):
+            for (_, a), before in zip(tensors, kept):
+                memory.assign(a, before)
+            for _, a in outs:
+                memory.fill(a, fill)
+            memory.launch(fn, argv)
+            runs.append([memory.host_bytes(a) for _, a in outs])
+        check = KernelCheck(number, fn.name)
+        for (name, _), first, second in zip(outs, *runs):  # (elements, bytes each)
+            unwritten = (first == 0xFF).all(axis=1) & (second == 0x00).all(axis=1)
+            if unwritten.any():
+                check.unwritten[name] = int(unwritten.sum())
+            unstable = int(((first != second).any(axis=1) & ~unwritten).sum())
+            if unstable:
+                check.unstable[name] = unstable
+        checks.append(check)
+    return checks
+
+
+def format_checks(checks: list[KernelCheck]) -> str:
+    """One line a call: the kernel, and what it left unwritten or computed differently twice."""
+    lines = []
+    for c in checks:
+        found = [f"{n}: {k:,} elements unwritten" for n, k in c.unwritten.items()] + \
+                [f"{n}: {k:,} elements differ between two runs" for n, k in c.unstable.items()]
+        lines.append(f"{c.call:4d} {c.kernel:40s} {'; '.join(found) or 'ok'}")
+    return "\n".join(lines)
+
+
+def kind_of(a: Any) -> str | None:
+    """'numpy' or 'torch' for an array argument, None for a scalar."""
+    return "numpy" if isinstance(a, np.ndarray) else "torch" if hasattr(a, "data_ptr") else None
+
+
+class _HostMemory:
+    """The emulator's arrays: the graph's own host arena, inputs, outputs and constants."""
+
+    def __init__(self, graph: Any, args: Any, binding: Any):
+        from taskloom.runtime.cuda_graph import _host_arena, _numpy
+        self.graph, self.binding = graph, binding
+        if binding is not None and binding.arena_bytes + 64 > len(graph._arena):
+            graph._arena = _host_arena(binding.arena_bytes)
+        self.tables = {"w": graph.constants, "in": [graph._host_input(k, a, binding) for k, a in enumerate(args)],
+                       "out": [np.empty(shape, _numpy(o["dtype"]))
+                               for o, shape in zip(graph.outputs, graph.output_shapes(binding))]}
+
+    def sizes(self, call: dict[str, Any], fn: Any) -> dict[str, Any]:
+        from taskloom.runtime.emulator import values
+        return {p.name: values.constant(int(self.binding.sym[index]), p.type)
+                for (kind, index), p in zip(call["args"], fn.params) if kind == "sym"}
+
+    def arg(self, kind: str, index: int, p: Any, fn: Any, sizes: dict[str, Any]) -> Any:
+        return self.graph._emulator_arg(self.tables, kind, index, p, fn, sizes, self.binding)
+
+    def launch(self, fn: Any, argv: list[Any]) -> None:
+        from taskloom.runtime.emulator import run_kernel
+        run_kernel(fn, argv)
+
+    @staticmethod
+    def copy(a: np.ndarray) -> np.ndarray:
+        return a.copy()
+
+    @staticmethod
+    def assign(a: np.ndarray, b: np.ndarray) -> None:
+        a[...] = b
+
+    @staticmethod
+    def fill(a: np.ndarray, byte: int) -> None:
+        a.reshape(-1).view(np.uint8)[:] = byte
+
+    @staticmethod
+    def host_bytes(a: np.ndarray) -> np.ndarray:
+        """The elements' bytes, a row each."""
+        return a.reshape(-1).view(np.uint8).reshape(-1, a.itemsize).copy()
+
+
+class _GpuMemory:
+    """The GPU's tensors: the graph's arena and constants, the inputs and new outputs; each
+    intermediate a typed view of the arena at its place."""
+
+    def __init__(self, graph: Any, args: Any, binding: Any):
+        state = graph._gpu
+        self.graph, self.binding, self.state, self.torch = graph, binding, state, state.torch
+        if binding is not None and binding.arena_bytes > state.arena.nbytes:
+            state.arena = state.device.allocate(binding.arena_bytes, "the arena of its intermediates")
+            state.replays.clear()
+        self.ins = [state.device_input(spec, a, binding) for spec, a in zip(graph.inputs, args)]
+        self.outs = state.empty_outputs([(o["dtype"], s) for o, s in zip(graph.outputs, graph.output_shapes(binding))])
+
+    def sizes(self, call: dict[str, Any], fn: Any) -> dict[str, Any]:
+        return {p.name: int(self.binding.sym[index]) for (kind, index), p in zip(call["args"], fn.params)
+                if kind == "sym"}
+
+    def arg(self, kind: str, index: int, p: Any, fn: Any, sizes: dict[str, Any]) -> Any:
+        if kind == "sym":
+            return sizes[p.name]
+        if kind in ("in", "out"):
+            return (self.ins if kind == "in" else self.outs)[index]
+        if kind == "w":
+            return self.state.constants[index]
+        from taskloom.runtime.emulator import values
+        from taskloom.runtime.emulator.launch import evaluate
+        count = int(np.prod([evaluate(fn, d, {n: values.constant(v, next(q.type for q in fn.params if q.name == n))
+                                               for n, v in sizes.items()}, f"shape of '{p.name}'")
+                             for d in p.type.shape]))
+        start = index if kind == "arena" else int(self.binding.off[index])
+        arena = self.state.arena
+        raw = arena.owner
+        first = arena.ptr - raw.data_ptr() + start
+        dtype = self.state.torch_dtype(p.type.dtype.name)
+        return raw[first:first + count * p.type.dtype.nbytes].view(dtype)
+
+    def launch(self, fn: Any, argv: list[Any]) -> None:
+        self.state.module[fn.name]._launch(argv)
+
+    @staticmethod
+    def copy(a: Any) -> Any:
+        return a.clone()
+
+    @staticmethod
+    def assign(a: Any, b: Any) -> None:
+        a.copy_(b)
+
+    def fill(self, a: Any, byte: int) -> None:
+        a.reshape(-1).view(self.torch.uint8).fill_(byte)
+
+    def host_bytes(self, a: Any) -> np.ndarray:
+        """The elements' bytes, a row each."""
+        return a.reshape(-1).view(self.torch.uint8).cpu().numpy().reshape(-1, a.element_size())
+
+
+__all__ = ["KernelCheck", "check_kernels", "format_checks"]

@@ -5,7 +5,7 @@ The code of a build depends on the target's numbers, so a GPU that reads differe
 ``--gpu`` builds afresh; nothing is wrong then, only slower.
 
     TASKLOOM_CACHE_DIR=.gpucache python3 bench/gpu_prepare.py --gpu "NVIDIA H100 80GB HBM3" \
-        [--matmuls] [--tuning] [--dynamic] bert resnet50
+        [--matmuls] [--tuning] [--dynamic] [--check-bert] bert resnet50
 """
 from __future__ import annotations
 
@@ -91,6 +91,23 @@ def prepare_dynamic(target: CudaTarget) -> float:
     return seconds
 
 
+def prepare_check_bert(target: CudaTarget) -> float:
+    """The check_bert stage's builds (bench/gpu_session.py): BERT of 1 and 12 layers in
+    float16 at sequence 128, with wgmma and without; the seconds they took."""
+    import os
+    import transformers
+    ids = torch.randint(0, 30522, (1, 128))
+    seconds = 0.0
+    for depth in (1, 12):
+        config = transformers.BertConfig(attn_implementation="eager", num_hidden_layers=depth)
+        model = transformers.BertModel(config, add_pooling_layer=False).half().eval()
+        for wgmma in ("1", "0"):
+            os.environ["TASKLOOM_WGMMA"] = wgmma
+            seconds += _compile(lambda x: model(input_ids=x).last_hidden_state, (ids,), target)
+    os.environ.pop("TASKLOOM_WGMMA")
+    return seconds
+
+
 def _compile(model, inputs, target: CudaTarget) -> float:
     return compile_only(model, inputs, target)[0]
 
@@ -122,6 +139,7 @@ def main() -> None:
     parser.add_argument("--matmuls", action="store_true", help="also the session's matmuls")
     parser.add_argument("--tuning", action="store_true", help="also the libraries its tune stage times")
     parser.add_argument("--dynamic", action="store_true", help="also its dynamic stage's BERT builds")
+    parser.add_argument("--check-bert", action="store_true", help="also its check_bert stage's builds")
     parser.add_argument("--gpu", default="NVIDIA H100 80GB HBM3", help="the name the GPU's driver reports")
     parser.add_argument("--arch", default="sm_90a")
     args = parser.parse_args()
@@ -130,6 +148,8 @@ def main() -> None:
         print(f"matmuls: built in {prepare_matmuls(target):.1f} s", flush=True)
     if args.tuning:
         print(f"tuning: built in {prepare_tuning(target):.1f} s", flush=True)
+    if args.check_bert:
+        print(f"check_bert: built in {prepare_check_bert(target):.1f} s", flush=True)
     if args.dynamic:
         print(f"dynamic: built in {prepare_dynamic(target):.1f} s", flush=True)
     for name in args.models:

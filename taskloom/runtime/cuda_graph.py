@@ -219,7 +219,8 @@ class _GpuState:
         self.entry.argtypes = [ctypes.c_void_p] * (9 if "dynamic" in graph.meta else 6)
         self._w = pointer_table([u.ptr for u in uploaded])
         self.checks = any(fn.reports_status for fn in graph.built.kernels)
-        self.graphs_wanted = os.environ.get("TASKLOOM_CUDA_GRAPHS", "1") != "0"
+        asked = os.environ.get("TASKLOOM_CUDA_GRAPHS", "")  # "0": never; "1": always; else where it pays
+        self.graphs_wanted = asked == "1" or (asked != "0" and replay_pays(graph.meta))
         # a captured call per set of sizes (a static graph has one): a replay bakes in its
         # grids, offsets and buffers
         self.replays: OrderedDict[tuple[int, ...], _Replay] = OrderedDict()
@@ -331,6 +332,23 @@ class _Replay:
         self.graph.replay()
         self.gpu.take_status(self.gpu.device.stream())
         return [t.clone() for t in self.outs]
+
+
+#: What a replay saves and costs on the host of an H100 (bench/results/2026-11-28-h100-second-run.md):
+#: each kernel launched by itself about LAUNCH_US; a replay copies every input in and every
+#: output out, COPY_US each and their bytes at COPY_GBS (a single 4096³ product: 0.29 ms a
+#: call replayed, 0.22 ms launched)
+LAUNCH_US, COPY_US, COPY_GBS = 4.0, 5.0, 1500.0
+
+
+def replay_pays(meta: dict[str, Any]) -> bool:
+    """Whether replaying a captured graph beats launching its kernels one by one: many
+    launches and small inputs and outputs (a model at batch 1), not one large product."""
+    specs = meta["inputs"] + meta["outputs"]
+    if any(not isinstance(d, int) for s in specs for d in s["shape"]):
+        return True  # a dynamic graph's sizes vary by call; its launches are as many
+    nbytes = sum(int(np.prod(s["shape"])) * ir_dtype(s["dtype"]).nbytes for s in specs)
+    return len(meta["calls"]) * LAUNCH_US > len(specs) * COPY_US + nbytes / (COPY_GBS * 1e3)
 
 
 def _same(torch: Any, a: Any, b: Any) -> bool:

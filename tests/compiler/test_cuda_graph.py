@@ -127,8 +127,9 @@ def test_on_the_gpu_calls_replay_one_captured_cuda_graph(graphs, monkeypatch):
 
 
 @pytest.mark.cuda
-def test_on_the_gpu_a_replayed_graph_still_checks_its_indices():
+def test_on_the_gpu_a_replayed_graph_still_checks_its_indices(monkeypatch):
     torch = pytest.importorskip("torch")
+    monkeypatch.setenv("TASKLOOM_CUDA_GRAPHS", "1")  # (one kernel: a replay would not pay by itself)
     ids = input((2, 3), "int64", name="ids")
     table = const(10, 4)
     model = taskloom.compile(Graph([ids], [ops.relu(ops.embedding(ids, table))]), target="cuda", device="cuda")
@@ -139,6 +140,15 @@ def test_on_the_gpu_a_replayed_graph_still_checks_its_indices():
     with pytest.raises(IndexOutOfRange, match=r"embedding\(\).*index 10,"):
         model(torch.tensor([[9, 0, 10], [1, 1, 2]], device="cuda"))
     np.testing.assert_array_equal(model(good).cpu().numpy(), want)
+
+
+def test_a_replay_is_wanted_for_many_launches_and_small_copies():
+    from taskloom.runtime.cuda_graph import replay_pays
+    spec = lambda shape: {"dtype": "float16", "shape": list(shape)}  # noqa: E731
+    model = {"inputs": [spec((1, 128))], "outputs": [spec((1, 128, 768))], "calls": [{}] * 122}
+    product = {"inputs": [spec((4096, 4096))] * 2, "outputs": [spec((4096, 4096))], "calls": [{}]}
+    dynamic = {"inputs": [{"dtype": "float16", "shape": ["batch", 8]}], "outputs": [], "calls": [{}]}
+    assert replay_pays(model) and not replay_pays(product) and replay_pays(dynamic)
 
 
 def test_a_cuda_graph_saves_here_and_loads_in_the_emulator(tmp_path):

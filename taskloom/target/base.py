@@ -67,6 +67,10 @@ class Target:
         (its window then packs by whole vectors); None where the graph keeps its layout."""
         return None
 
+    def nhwc_dtypes(self) -> tuple[str, ...]:
+        """The element types whose convolutions the layout pass may run in NHWC."""
+        return ("float32",)
+
     @property
     def is_gpu(self) -> bool:
         """Whether kernels for this target run on a GPU (or its emulator)."""

@@ -136,6 +136,14 @@ class CudaTarget(Target):
         m = _ARCH.fullmatch(self.arch)
         return int(m["major"]), int(m["minor"])
 
+    def nhwc_channel_multiple(self) -> int | None:
+        """8: a 16-byte run of 16-bit channels, what the tensor-core templates copy a
+        convolution's window by (one cp.async a pixel's 8 channels)."""
+        return 8
+
+    def nhwc_dtypes(self) -> tuple[str, ...]:
+        return ("float16", "bfloat16")
+
     def has_wgmma(self) -> bool:
         """Whether Hopper's warpgroup MMA and TMA may be used (``sm_90a`` only)."""
         return self.arch == "sm_90a"

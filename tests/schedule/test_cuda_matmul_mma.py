@@ -37,7 +37,8 @@ def run(graph: Graph, feeds: dict[str, np.ndarray], config: MmaConfig | None = N
     con = match_contraction(group.task, (float32, float16, bfloat16))
     assert con is not None
     target = CudaTarget.from_arch(arch)
-    fn = mma_kernel(con, config or choose(con, target), "mm")
+    config = config or choose(con, target)
+    fn = config.kernel(con, "mm")
     module = taskloom.build(fn, target=target, device="emulator")
     args = [feeds[t.name] if t.name in feeds else t.numpy() for t in group.inputs]
     spec = graph.outputs[0]
@@ -118,6 +119,32 @@ def test_a_convolution_window_is_computed_into_the_tile():
     want = torch.nn.functional.conv2d(torch.from_numpy(f32(x)), torch.from_numpy(f32(w)), padding=1).numpy()
     np.testing.assert_allclose(f32(out), want, rtol=2e-3, atol=3e-2)
     assert report.counters.bank_conflicts == 0
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from([8, 16, 24]), st.sampled_from([5, 9]), st.sampled_from([1, 2]), st.sampled_from([0, 1, 2]),
+       st.sampled_from([1, 3]), st.sampled_from(["sm_80", "sm_90a"]))
+def test_an_nhwc_window_is_copied_by_runs_of_channels(C, H, stride, padding, kernel, arch):
+    # a pixel's 8 channels are one 16-byte cp.async: inside the image, or all padding (zeros)
+    torch = pytest.importorskip("torch")
+    x, w = half(2, H, H + 2, C), half(kernel, kernel, C, 24)
+    xi = input(x.shape, "float16", name="img")
+    graph = Graph([xi], [ops.conv2d(xi, taskloom.asarray(w), stride=stride, padding=padding, layout="NHWC")])
+    out, report, fn, _ = run(graph, {"img": x}, arch=arch)
+    plain = kernel == stride == 1 and padding == 0  # a plain matrix: whole rows by cp.async
+    how = "cp.async" if plain else "cp.async of the window's runs"
+    assert f"A into [m][k] by {how};" in fn.attr("doc")
+    want = torch.nn.functional.conv2d(torch.from_numpy(f32(x)).permute(0, 3, 1, 2),
+                                      torch.from_numpy(f32(w)).permute(3, 2, 0, 1), stride=stride, padding=padding)
+    np.testing.assert_allclose(f32(out), want.permute(0, 2, 3, 1).numpy(), rtol=2e-3, atol=3e-2)
+    assert report.counters.bank_conflicts == 0
+
+
+def test_channels_that_are_no_whole_run_are_computed_element_by_element():
+    x = half(1, 5, 5, 12)
+    xi = input(x.shape, "float16", name="img")
+    graph = Graph([xi], [ops.conv2d(xi, taskloom.asarray(half(3, 3, 12, 16)), padding=1, layout="NHWC")])
+    assert "A into [m][k] by its threads" in run(graph, {"img": x})[2].attr("doc")
 
 
 @pytest.mark.parametrize("stages", [2, 4])

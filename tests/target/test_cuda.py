@@ -105,4 +105,4 @@ def test_a_cuda_compile_without_a_gpu_points_to_the_emulator(no_gpu):
 
 def test_graph_policies_ask_the_target():
     gpu = CudaTarget.from_arch("sm_90")
-    assert not gpu.streams_weights(10 * gpu.l2_bytes) and gpu.nhwc_channel_multiple() is None
+    assert not gpu.streams_weights(10 * gpu.l2_bytes) and gpu.nhwc_channel_multiple() == 8 and gpu.nhwc_dtypes() == ("float16", "bfloat16")

@@ -9,7 +9,8 @@ constant ``(KH, KW, C, O)`` matrix read by rows, and the result is stored by row
 output channels. Pooling and depthwise convolutions vectorize over the channels.
 
 Which convolutions: ``groups == 1`` with a 1x1 kernel or input channels a multiple of the
-target's vector of channels (``Target.nhwc_channel_multiple``: 16 on x86; the stem of a
+target's vector of channels (``Target.nhwc_channel_multiple``: 16 float32 on x86, 8 16-bit
+elements on a GPU, whose tensor-core templates then copy a window by 16-byte runs; the stem of a
 CNN, 3 channels and 7x7, stays NCHW: its window cannot pack by vectors either way, so NHWC
 only adds a conversion), and depthwise convolutions -- in regions
 (:func:`_regions`) where the conversions are worth it. The pass:
@@ -42,14 +43,15 @@ from taskloom.target.base import Target
 TO_NHWC = (0, 2, 3, 1)
 TO_NCHW = (0, 3, 1, 2)
 
-def conv_pays(node: Node, channel_multiple: int) -> bool:
-    """Whether ``node`` (a float32 4-d NCHW conv2d) runs faster in NHWC on a target whose
-    windows pack by vectors of ``channel_multiple`` channels (see the module docstring)."""
+def conv_pays(node: Node, channel_multiple: int, dtypes: tuple[str, ...] = ("float32",)) -> bool:
+    """Whether ``node`` (a 4-d NCHW conv2d of one of ``dtypes``) runs faster in NHWC on a
+    target whose windows pack by vectors of ``channel_multiple`` channels (see the module
+    docstring)."""
     a = node.task.attr
     if node.op != "conv2d" or a("layout", "NCHW") != "NCHW":
         return False
     x, w = node.inputs[0], node.inputs[1]
-    if x.ndim != 4 or x.dtype.name != "float32":
+    if x.ndim != 4 or x.dtype.name not in dtypes:
         return False
     c, o = x.shape[1], w.shape[0]
     if a("groups") == 1:
@@ -169,7 +171,7 @@ def _carries(node: Node) -> bool:
     return _is_elementwise(node)
 
 
-def _regions(graph: Graph, channel_multiple: int) -> set[Node]:
+def _regions(graph: Graph, channel_multiple: int, dtypes: tuple[str, ...]) -> set[Node]:
     """The convolutions worth running in NHWC: those of a region -- convolutions that pay,
     joined through the operators that carry the layout -- that holds a window convolution
     (NHWC pays for it even with conversions on both sides) or two convolutions or more (the
@@ -186,7 +188,7 @@ def _regions(graph: Graph, channel_multiple: int) -> set[Node]:
         return n
 
     for node in graph.nodes:
-        if conv_pays(node, channel_multiple) or _carries(node):
+        if conv_pays(node, channel_multiple, dtypes) or _carries(node):
             parent[node] = node
             for t in node.inputs:
                 src = t.producer[0] if t.producer is not None else None
@@ -194,7 +196,7 @@ def _regions(graph: Graph, channel_multiple: int) -> set[Node]:
                     parent[find(src)] = find(node)
     convs: dict[Node, list[Node]] = {}
     for n in parent:
-        if conv_pays(n, channel_multiple):
+        if conv_pays(n, channel_multiple, dtypes):
             convs.setdefault(find(n), []).append(n)
     chosen: set[Node] = set()
     for members in convs.values():
@@ -212,7 +214,7 @@ def choose_layout(graph: Graph, target: Target) -> Graph:
     multiple = target.nhwc_channel_multiple()
     if multiple is None:
         return graph
-    chosen = _regions(graph, multiple)
+    chosen = _regions(graph, multiple, target.nhwc_dtypes())
     if not chosen:
         return graph
     return rewrite(graph, _rule(_Layouts(), chosen))

@@ -16,8 +16,10 @@ per ``blockIdx.z``) in steps of ``block_k`` along ``K``:
    is a plain read, contiguous along one axis in rows whose starts are 16-byte aligned, is
    copied by ``cp.async`` in 16-byte chunks (consecutive threads on consecutive chunks, so
    a warp's reads coalesce; a chunk past ``M``, ``N`` or ``K`` is zero-filled, no branch);
-   rows aligned to 8 or 4 bytes only are copied in pieces of that size. Any other factor (a
-   convolution's window, a prologue, an odd row of 16-bit elements) is computed element by
+   rows aligned to 8 or 4 bytes only are copied in pieces of that size. A convolution's
+   window in NHWC, its channels a multiple of 8, is copied the same way a pixel's 8 channels
+   at a time (inside the image, or zero-filled as padding: :func:`window_pieces`). Any other
+   factor (an NCHW window, a prologue, an odd row of 16-bit elements) is computed element by
    element into the slot. The tile keeps the factor's contiguous axis
    contiguous: ``[m][k]`` for a row-major A, ``[k][m]`` for a transposed one, and the same
    for B; ``ldmatrix`` (with ``.trans`` where needed) turns either into the fragments.
@@ -167,6 +169,56 @@ class _Factor:
     block: int
     k_inner: bool
     copy: int
+    window: "_Window | None" = None
+
+
+@dataclass(frozen=True)
+class _Window:
+    """A factor read whose pieces of ``chunk`` consecutive k, from a multiple of ``chunk``,
+    are runs of one input's elements under one condition (an NHWC convolution's window: a
+    pixel's channels, inside the image or all padding): the read of a piece's first element
+    and that condition, both of ``start``, the piece's first k."""
+
+    element: E.TensorElement
+    cond: E.Expr | None
+    start: E.Var
+
+
+def window_pieces(expr: E.Expr, vk: E.Var, K: int, chunk: int, nbytes: int) -> _Window | None:
+    """``expr``'s :class:`_Window` where every ``chunk`` consecutive values of ``vk`` from a
+    multiple of ``chunk`` read ``chunk`` consecutive elements of one input of ``nbytes``,
+    starting ``chunk``-aligned, under one condition whose else is zero; else None."""
+    from taskloom.ir.compute import TensorInput
+    from taskloom.schedule.vectorize import _AlignedDivMod, _strided_offset
+    if K % chunk:
+        return None  # (a piece would straddle K's end)
+    start, lane = E.Var("k_start", vk.type), E.Var("k_lane", vk.type)
+    value = simplify_expr(substitute(_AlignedDivMod(vk, start, chunk).visit(expr), {vk: start + lane}))
+    conds = []
+    while isinstance(value, (E.Select, E.Cast)):
+        if isinstance(value, E.Select):
+            if not (isinstance(value.b, E.Constant) and float(value.b.value) == 0.0):
+                return None
+            conds.append(value.cond)
+            value = value.a
+        else:
+            value = value.value
+    if not isinstance(value, E.TensorElement) or not isinstance(value.tensor, TensorInput) \
+            or value.type.nbytes != nbytes or any(lane in E.free_vars(c) for c in conds):
+        return None
+    *outer, last = value.indices
+    found = _strided_offset(last, lane)
+    if any(lane in E.free_vars(i) for i in outer) or found is None or found[1] != 1:
+        return None
+    element = E.TensorElement(value.tensor, (*outer, found[0]))
+    q = E.Var("k_piece", vk.type)  # the piece's start is a multiple of the chunk: chunk * q
+    offset = substitute(E.as_expr(row_major_offset(element.indices, value.tensor.shape)), {start: q * chunk})
+    if not multiple_of(simplify_expr(offset), chunk):
+        return None
+    cond = None
+    for c in conds:
+        cond = c if cond is None else E.binary("and", cond, c)
+    return _Window(element, cond, start)
 
 
 #: Batches whose every row start copies checks one by one; past it (or for a symbolic batch)
@@ -206,6 +258,8 @@ def multiple_of(e: E.Expr, n: int) -> bool:
         return multiple_of(e.value, n)
     if isinstance(e, E.Binary) and e.op in ("add", "sub"):
         return multiple_of(e.a, n) and multiple_of(e.b, n)
+    if isinstance(e, E.Binary) and e.op == "mod" and isinstance(e.b, E.Constant) and int(e.b.value) % n == 0:
+        return multiple_of(e.a, n)  # (a - a % D is a multiple of D, so of n)
     if isinstance(e, E.Binary) and e.op == "mul":
         for x, y in ((e.a, e.b), (e.b, e.a)):
             if isinstance(x, E.Constant) and multiple_of(y, n // math.gcd(int(x.value), n)):
@@ -231,6 +285,9 @@ def _factor(con: Contraction, name: str, expr: E.Expr, outer: E.Var, extent: int
         for k_inner, row, col, cols in ((True, outer, con.vk, con.K), (False, con.vk, outer, extent)):
             if copy >= nbytes and copies_rows(expr, con.vb, con.batch, row, col, cols, nbytes, copy, ragged=True):
                 return _Factor(name, expr, outer, extent, block, k_inner, copy)
+    window = window_pieces(expr, con.vk, con.K, 16 // nbytes, nbytes) if isinstance(con.K, int) else None
+    if window is not None:
+        return _Factor(name, expr, outer, extent, block, True, 16, window)
     # computed element by element: K contiguous in the tile only where memory is
     return _Factor(name, expr, outer, extent, block, _k_contiguous(expr, con.vk, outer), 0)
 
@@ -385,6 +442,8 @@ class _Kernel:
             x, k = self._origin(f) + outer, step * c.block_k + kk
             x_in, k_in = self._inside(x, f.extent, f.block), self._inside(k, self.con.K, c.block_k)
             inside = _all(x_in, k_in)
+            if f.window is not None:
+                return self._window_piece(f, tile.at(slot, r, first), x, k, inside)
             if f.copy:  # a piece outside is zero-filled, its address clamped
                 src = self._element(f, x if x_in is None else E.select(x_in, x, 0),
                                     k if k_in is None else E.select(k_in, k, 0))
@@ -394,6 +453,21 @@ class _Kernel:
                 value = E.select(inside, value, E.Constant(0.0, float32))
             return S.BufferStore(tile.var, tile.at(slot, r, first).indices, E.cast(value, self.dtype))
         return tile.fill(r, col, self.tid, c.threads, f.copy, body)
+
+    def _window_piece(self, f: _Factor, dst: E.TensorElement, x: E.Expr, k: E.Expr, inside: E.Expr | None
+                      ) -> S.Stmt:
+        """One piece of a window (:class:`_Window`) by cp.async: its run of elements where the
+        tile and the window's condition hold, else zeros, from a clamped address."""
+        w = f.window
+        assert w is not None
+        bindings = {**self._bindings(f, x, k), w.start: k}
+        cond = w.cond if w.cond is None else self.read(w.cond, bindings)
+        holds = _all(inside, cond)
+        src = self.read(w.element, bindings)
+        assert isinstance(src, E.TensorElement)
+        if holds is not None:
+            src = E.TensorElement(src.tensor, tuple(E.select(holds, i, 0) for i in src.indices))
+        return gpu.CpAsync(dst, src, f.copy, None if holds is None else E.select(holds, f.copy, 0))
 
     def _piece_bytes(self, f: _Factor, x: E.Expr, k: E.Expr, x_in: E.Expr | None, k_in: E.Expr | None
                      ) -> E.Expr | None:
@@ -588,6 +662,8 @@ def _describe(f: _Factor) -> str:
     axis = "m" if f.name == "A" else "n"
     layout = f"[{axis}][k]" if f.k_inner else f"[k][{axis}]"
     how = "its threads" if not f.copy else "cp.async" if f.copy == 16 else f"cp.async of {f.copy} bytes"
+    if f.window is not None:
+        how = "cp.async of the window's runs"
     return f"{f.name} into {layout} by {how}"
 
 

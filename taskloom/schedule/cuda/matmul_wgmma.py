@@ -183,7 +183,8 @@ class _WgmmaKernel(_Kernel):
         of 16 bytes needed already). A dynamic graph's symbolic rows are an extent the
         launcher evaluates (a product of sizes); a symbolic batch gets no map."""
         extent = f.extent if isinstance(f.extent, int) else gpu.product_text(E.as_expr(f.extent))
-        if not self.c.tma or f.copy != 16 or not isinstance(self.con.batch, int) or extent is None:
+        if not self.c.tma or f.copy != 16 or f.window is not None or not isinstance(self.con.batch, int) \
+                or extent is None:
             return None
         r, col = E.Var("r", index_type), E.Var("col", index_type)
         element = self._element(f, *((r, col) if f.k_inner else (col, r)))

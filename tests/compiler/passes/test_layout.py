@@ -134,6 +134,14 @@ def test_a_gpu_target_keeps_the_graphs_layout():
     assert choose_layout(g, get_target("cuda:sm_80")) is g
 
 
+def test_a_gpu_runs_16_bit_convolutions_in_nhwc():
+    x = input((1, 32, 8, 8), "float16", name="x")
+    w = taskloom.asarray(np.ones((32, 32, 3, 3), np.float16))
+    g = Graph([x], [ops.relu(ops.conv2d(x, w, padding=1))])
+    assert layouts(optimize(choose_layout(g, get_target("cuda:sm_90a"))), "conv2d") == ["NHWC"]
+    assert choose_layout(g, HOST) is g  # (the CPU's NHWC windows pack float32)
+
+
 def test_the_target_names_the_channel_multiple_a_window_needs():
     class WideVectors(CpuTarget):  # a CPU whose windows would need 64 channels to pack
         def nhwc_channel_multiple(self) -> int:

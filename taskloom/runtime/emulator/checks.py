@@ -43,7 +43,8 @@ class DivergenceError(EmulatorError):
 
 
 class RaceError(EmulatorError):
-    """Two threads touching one shared element between two barriers, one of them writing."""
+    """Two threads touching one shared element between two barriers, or two blocks one global
+    element during a launch, one of them writing."""
 
 
 def coords(st: "Machine", lane: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -151,12 +152,7 @@ class RaceTracker:
     def write(self, st: "Machine", name: str, keys: np.ndarray, lanes: np.ndarray) -> None:
         """``lanes[i]`` writes element ``keys[i]``."""
         self._fold()
-        w, lo, hi = self.writer[keys], self.lo[keys], self.hi[keys]
-        for seen, did in ((w, "wrote"), (np.where(lo != lanes, lo, hi), "read")):
-            clash = (seen != _NONE) & (seen != _FAR) & (seen != lanes)
-            if clash.any():
-                i = int(np.argmax(clash))
-                self._raise(st, name, keys[i], lanes[i], seen[i], "writes it", f"{did} it, with no barrier between")
+        _refuse_write(self, st, name, keys, lanes, lanes, ", with no barrier between")
         self.writer[keys] = lanes
         self.written = True
         back = self.writer[keys]
@@ -170,3 +166,52 @@ class RaceTracker:
         t, _ = coords(st, int(other))
         raise _fail(RaceError, st, int(lane), f"shared-memory race on '{name}' at index {index}: "
                     f"{st.thread(int(lane))} {does} and thread ({t[0]}, {t[1]}, {t[2]}) {did}", name, index)
+
+
+def _refuse_write(tracker: Any, st: "Machine", name: str, keys: np.ndarray, lanes: np.ndarray, who: np.ndarray,
+                  after: str) -> None:
+    """Raises where another than ``who`` (threads, or blocks) wrote or read an element of
+    ``keys`` that ``lanes`` now write; ``tracker`` keeps the writer and the lowest and
+    highest readers of each element."""
+    w, lo, hi = tracker.writer[keys], tracker.lo[keys], tracker.hi[keys]
+    for seen, did in ((w, "wrote"), (np.where(lo != who, lo, hi), "read")):
+        clash = (seen != _NONE) & (seen != _FAR) & (seen != who)
+        if clash.any():
+            i = int(np.argmax(clash))
+            tracker._raise(st, name, keys[i], lanes[i], seen[i], "writes it", f"{did} it{after}")
+
+
+class BlockRaceTracker:
+    """Which block wrote each element of one global buffer during a launch, and the lowest
+    and highest blocks that read it. Blocks run in any order and meet at no barrier, so an
+    element one block writes and another reads or writes is a race (atomics aside); the
+    emulator runs blocks in batches one after another, which would hide it.
+    """
+
+    def __init__(self, size: int):
+        self.writer = np.full(size, _NONE, dtype=np.int64)
+        self.lo = np.full(size, _FAR, dtype=np.int64)
+        self.hi = np.full(size, _NONE, dtype=np.int64)
+
+    def read(self, st: "Machine", name: str, keys: np.ndarray, lanes: np.ndarray) -> None:
+        """``lanes[i]`` reads element ``keys[i]``."""
+        blocks = st.first + st.block_of[lanes]
+        w = self.writer[keys]
+        clash = (w != _NONE) & (w != blocks)
+        if clash.any():
+            i = int(np.argmax(clash))
+            self._raise(st, name, keys[i], lanes[i], w[i], "reads it", "wrote it")
+        np.minimum.at(self.lo, keys, blocks)
+        np.maximum.at(self.hi, keys, blocks)
+
+    def write(self, st: "Machine", name: str, keys: np.ndarray, lanes: np.ndarray) -> None:
+        """``lanes[i]`` writes element ``keys[i]``."""
+        blocks = st.first + st.block_of[lanes]
+        _refuse_write(self, st, name, keys, lanes, blocks, "")
+        self.writer[keys] = blocks
+
+    @staticmethod
+    def _raise(st: "Machine", name: str, key: int, lane: int, other: int, does: str, did: str) -> None:
+        raise _fail(RaceError, st, int(lane), f"global-memory race on '{name}' at index {int(key)}: "
+                    f"{st.thread(int(lane))} {does} and block {int(other)} (linear) {did} in the same launch; "
+                    "blocks are not ordered", name, int(key))

@@ -12,7 +12,7 @@ from taskloom.ir import expr as E
 from taskloom.ir import gpu
 from taskloom.ir import stmt as S
 from taskloom.ir.dtypes import DataType, PointerType, TensorType
-from taskloom.runtime.emulator import memory, values
+from taskloom.runtime.emulator import checks, memory, values
 from taskloom.runtime.emulator.checks import EmulatorError
 from taskloom.runtime.emulator.exprs import ExprCompiler
 from taskloom.runtime.emulator.interpreter import Program
@@ -40,11 +40,16 @@ def run_kernel(fn: S.Function, args: Sequence[Any] | Mapping[str, Any], *, check
 
     ``args`` are in parameter order (or a dict by name): numpy arrays for tensors and
     pointers, numbers for scalars. With ``check`` (the default), out-of-bounds accesses,
-    barriers and warp collectives under divergence and shared-memory races are
+    barriers and warp collectives under divergence, shared-memory races and global
+    elements two blocks meet on are
     :class:`EmulatorError`\\ s. Returns the launch's counters; ``verbose`` prints them.
     """
     program = compile_kernel(fn)
     scalars, buffers = bind_arguments(fn, args)
+    if check:  # what the launch writes, watched for blocks that meet on an element
+        written = {t.name for t in gpu.written_tensors(fn.body) if isinstance(t, E.Var)}
+        for name in written & set(buffers):
+            buffers[name].races = checks.BlockRaceTracker(buffers[name].size)
     report = launch_report(fn, scalars)
     grid, block = report.grid, report.block
     blocks = grid[0] * grid[1] * grid[2]

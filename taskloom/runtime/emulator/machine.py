@@ -56,7 +56,7 @@ class Machine:
         self.failure: tuple[str, int, int, int] | None = None  # the first failed index check
         self.block_threads = block[0] * block[1] * block[2]
         self.padded = -(-self.block_threads // WARP) * WARP
-        self.nblocks = count
+        self.nblocks, self.first = count, first
         self.T = count * self.padded
         local = np.tile(np.arange(self.padded, dtype=np.int32), count)
         self.block_of = np.repeat(np.arange(count, dtype=np.int64), self.padded)  # batch-local block

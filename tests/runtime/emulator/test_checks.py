@@ -108,6 +108,24 @@ def test_two_threads_writing_one_shared_address():
     run_kernel(build(RACE, K=1), [np.zeros(96, np.float32), np.zeros(96, np.float32)])
 
 
+GLOBAL_RACE = '''
+@kernel(kind='cuda_kernel', grid=(3, 1, 1), block=(32, 1, 1))
+def shift(x: f32[96], y: f32[96]):
+    i = blockIdx.x * 32 + threadIdx.x
+    y[i] = x[i] * 2.0
+    x[(i + S) % 96] = y[i]
+'''
+
+
+def test_two_blocks_meeting_on_a_global_element_is_a_race():
+    # blocks are not ordered: block 1 reads x[32..63], which block 0 writes with S = 32
+    with pytest.raises(RaceError) as e:
+        run_kernel(build(GLOBAL_RACE, S=32), [np.zeros(96, np.float32), np.zeros(96, np.float32)])
+    assert (e.value.kernel, e.value.buffer) == ("shift", "x")
+    assert "global-memory race on 'x' at index" in str(e.value) and "blocks are not ordered" in str(e.value)
+    run_kernel(build(GLOBAL_RACE, S=0), [np.zeros(96, np.float32), np.zeros(96, np.float32)])  # its own elements
+
+
 def test_a_read_of_another_threads_write_needs_a_barrier_between():
     src = RACE.replace("    barrier()\n", "").replace("s[threadIdx.x]", "s[31 - threadIdx.x]")
     with pytest.raises(RaceError, match=r"race on 's' at index 31: thread \(0, 0, 0\) of block \(0, 0, 0\) reads "

@@ -92,18 +92,17 @@ def prepare_dynamic(target: CudaTarget) -> float:
 
 
 def prepare_check_bert(target: CudaTarget) -> float:
-    """The check_bert stage's builds (bench/gpu_session.py): BERT of 1 and 12 layers in
-    float16 at sequence 128, with wgmma and without; the seconds they took."""
+    """The check_bert stage's builds (bench/gpu_session.py CHECKED_BERTS), with wgmma and
+    without; the seconds they took."""
     import os
-    import transformers
-    ids = torch.randint(0, 30522, (1, 128))
+    from gpu_session import CHECKED_BERTS, checked_bert
     seconds = 0.0
-    for depth in (1, 12):
-        config = transformers.BertConfig(attn_implementation="eager", num_hidden_layers=depth)
-        model = transformers.BertModel(config, add_pooling_layer=False).half().eval()
+    for layers, hidden, heads, seq, _ in CHECKED_BERTS:
+        fn, _ = checked_bert(layers, hidden, heads)
+        ids = torch.randint(0, 30522, (1, seq))
         for wgmma in ("1", "0"):
             os.environ["TASKLOOM_WGMMA"] = wgmma
-            seconds += _compile(lambda x: model(input_ids=x).last_hidden_state, (ids,), target)
+            seconds += _compile(fn, (ids,), target)
     os.environ.pop("TASKLOOM_WGMMA")
     return seconds
 

@@ -86,34 +86,53 @@ def wgmma_smoke(target: str = "cuda", device: str = "cuda") -> int:
     return 0 if used and max(errors) < 0.5 else 1
 
 
-def check_bert(out: Path, layers: tuple[int, ...] = (1, 12)) -> None:
-    """BERT in float16 (``layers`` deep, sequence 128) against eager torch, with wgmma and
-    without, then each of its kernels by itself (:mod:`taskloom.runtime.cuda_check`): which
-    kernel leaves memory unwritten or computes differently twice on this GPU."""
+#: The BERTs check_bert runs (layers, hidden, heads, sequence, emulated): BERT-base of 12 and
+#: 1 layers, and a small one whose every kernel the emulator also runs from the GPU's inputs
+CHECKED_BERTS = ((12, 768, 12, 128, False), (1, 768, 12, 128, False), (2, 256, 4, 64, True))
+
+
+def checked_bert(layers: int, hidden: int, heads: int) -> Any:
+    """A float16 BERT of ``layers`` (random weights, seeded), called with token ids."""
     import transformers
+    torch.manual_seed(0)
+    config = transformers.BertConfig(attn_implementation="eager", num_hidden_layers=layers, hidden_size=hidden,
+                                     num_attention_heads=heads, intermediate_size=4 * hidden)
+    model = transformers.BertModel(config, add_pooling_layer=False).half().eval()
+    return lambda ids: model(input_ids=ids).last_hidden_state, model
+
+
+def check_bert(out: Path) -> None:
+    """BERT in float16 (:data:`CHECKED_BERTS`) against eager torch, with wgmma and without,
+    then each of its kernels by itself (:mod:`taskloom.runtime.cuda_check`): which kernel
+    leaves memory unwritten, computes differently twice, or (the small one) differs from
+    the emulator on this GPU."""
     from taskloom.bench.gpu import _taskloom_backend
     from taskloom.runtime.cuda_check import check_kernels, format_checks
     found: dict[str, Any] = {}
-    ids = torch.randint(0, 30522, (1, 128), device="cuda")
-    for depth in layers:
-        config = transformers.BertConfig(attn_implementation="eager", num_hidden_layers=depth)
-        model = transformers.BertModel(config, add_pooling_layer=False).to("cuda", torch.float16).eval()
+    for layers, hidden, heads, seq, emulate in CHECKED_BERTS:
+        fn, model = checked_bert(layers, hidden, heads)
+        model.to("cuda")
+        ids = torch.randint(0, 30522, (1, seq), device="cuda", generator=torch.Generator("cuda").manual_seed(0))
         with torch.inference_mode():
-            want = model(input_ids=ids).last_hidden_state.float()
+            want = fn(ids).float()
             for wgmma in ("1", "0"):
                 os.environ["TASKLOOM_WGMMA"] = wgmma
                 torch._dynamo.reset()
                 backend = _taskloom_backend()
-                got = torch.compile(lambda x: model(input_ids=x).last_hidden_state, backend=backend)(ids).float()
-                diff = float((got - want).abs().max() / want.abs().max())
-                graph = backend.compiled[0].compiled_graph
-                table = format_checks(check_kernels(graph, ids))
-                again = float((graph(ids).float() - want).abs().max() / want.abs().max())
-                key = f"{depth} layers, wgmma {'on' if wgmma == '1' else 'off'}"
-                found[key] = {"max_rel_diff": diff, "max_rel_diff_after_checks": again, "kernels": table}
-                print(f"bert {key}: max relative difference {diff:.3g} (then {again:.3g})\n{table}", flush=True)
+                key = f"{layers} layers, hidden {hidden}, sequence {seq}, wgmma {'on' if wgmma == '1' else 'off'}"
+                try:
+                    got = torch.compile(fn, backend=backend)(ids).float()
+                    diff = float((got - want).abs().max() / want.abs().max())
+                    graph = backend.compiled[0].compiled_graph
+                    table = format_checks(check_kernels(graph, ids, emulate=emulate))
+                    again = float((graph(ids).float() - want).abs().max() / want.abs().max())
+                    found[key] = {"max_rel_diff": diff, "max_rel_diff_after_checks": again, "kernels": table}
+                    print(f"bert {key}: max relative difference {diff:.3g} (then {again:.3g})\n{table}", flush=True)
+                except Exception as exc:  # one failure must not lose the others
+                    found[key] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+                    print(f"bert {key}: {found[key]['traceback']}", flush=True)
                 _save(out / "check_bert.json", found)
-        os.environ.pop("TASKLOOM_WGMMA", None)
+    os.environ.pop("TASKLOOM_WGMMA", None)
 
 
 def models(out: Path, names: list[str], repeats: int, rounds: int, systems: Any = SYSTEMS) -> None:

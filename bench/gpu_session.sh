@@ -44,7 +44,7 @@ export -f facts
         echo "== Hopper's instructions failed: TASKLOOM_WGMMA=0 for the rest of the session"
     fi
     # BERT computed wrong on the H100 (2026-11-28): which kernel, before anything else
-    step 100 python3 bench/gpu_session.py --out "$OUT" --stages check_bert
+    step 150 python3 bench/gpu_session.py --out "$OUT" --stages check_bert
     step 120 python3 -m pytest -q -p no:cacheprovider -m cuda -n 16 --timeout 100 --tb=short -rfE ${skip[@]+"${skip[@]}"} \
         tests/gpu tests/runtime/test_device.py tests/frontend/test_torch_cuda.py tests/compiler/test_cuda_graph.py tests/compiler/test_cuda_dynamic.py \
         tests/bench/test_gpu.py tests/tune/test_cuda_tuner.py tests/backend/test_nvrtc.py tests/runtime/test_cuda_check.py

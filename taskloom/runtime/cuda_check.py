@@ -31,16 +31,20 @@ class KernelCheck:
     kernel: str
     unwritten: dict[str, int] = field(default_factory=dict)
     unstable: dict[str, int] = field(default_factory=dict)
+    #: with ``emulate``: per buffer, the largest difference from the emulator's result on the
+    #: same inputs, relative to the largest magnitude there
+    emulator_diff: dict[str, float] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         return not self.unwritten and not self.unstable
 
 
-def check_kernels(graph: Any, *args: Any) -> list[KernelCheck]:
+def check_kernels(graph: Any, *args: Any, emulate: bool = False) -> list[KernelCheck]:
     """Runs every call of ``graph`` (a :class:`~taskloom.runtime.cuda_graph.CudaCompiledGraph`)
     by itself, twice, on its device; a :class:`KernelCheck` per call. The graph's outputs are
-    left as the second runs wrote them."""
+    left as the second runs wrote them. ``emulate``: each call also runs in the emulator from
+    the same inputs, and its results are compared (slow for large kernels)."""
     binding = graph._binder.bind([tuple(np.shape(a)) for a in args]) if graph._binder is not None else None
     memory = _GpuMemory(graph, args, binding) if graph.device == "cuda" else _HostMemory(graph, args, binding)
     checks = []
@@ -68,8 +72,32 @@ def check_kernels(graph: Any, *args: Any) -> list[KernelCheck]:
             unstable = int(((first != second).any(axis=1) & ~unwritten).sum())
             if unstable:
                 check.unstable[name] = unstable
+        if emulate:
+            check.emulator_diff = _against_emulator(fn, memory, argv, tensors, kept, outs)
         checks.append(check)
     return checks
+
+
+def _against_emulator(fn: Any, memory: Any, argv: list[Any], tensors: list, kept: list, outs: list
+                      ) -> dict[str, float]:
+    """The call run in the emulator on host copies of its inputs (its outputs zero-filled, as
+    the device's second run began), against what the device wrote: per output, the largest
+    difference relative to the largest magnitude."""
+    from taskloom.runtime.emulator import run_kernel
+    from taskloom.runtime.emulator.values import to_value
+    host = dict(zip((name for name, _ in tensors), (memory.host_array(b) for b in kept)))
+    for name, _ in outs:
+        host[name].reshape(-1).view(np.uint8)[:] = 0
+    run_kernel(fn, [host.get(p.name, a) for p, a in zip(fn.params, argv)])
+    diffs = {}
+    for p in fn.params:
+        if p.name in dict(outs):
+            dtype = p.type.dtype
+            want = to_value(host[p.name].reshape(-1), dtype).astype(np.float64)
+            got = to_value(memory.host_array(dict(outs)[p.name]).reshape(-1), dtype).astype(np.float64)
+            scale = max(float(np.nanmax(np.abs(want), initial=0.0)), 1e-30)
+            diffs[p.name] = float(np.nanmax(np.abs(got - want), initial=0.0)) / scale
+    return diffs
 
 
 def format_checks(checks: list[KernelCheck]) -> str:
@@ -77,9 +105,15 @@ def format_checks(checks: list[KernelCheck]) -> str:
     lines = []
     for c in checks:
         found = [f"{n}: {k:,} elements unwritten" for n, k in c.unwritten.items()] + \
-                [f"{n}: {k:,} elements differ between two runs" for n, k in c.unstable.items()]
+                [f"{n}: {k:,} elements differ between two runs" for n, k in c.unstable.items()] + \
+                [f"{n}: {d:.2g} from the emulator" for n, d in c.emulator_diff.items() if d > EMULATOR_TOLERANCE]
         lines.append(f"{c.call:4d} {c.kernel:40s} {'; '.join(found) or 'ok'}")
     return "\n".join(lines)
+
+
+#: A difference from the emulator past this (relative) is reported: float16 sums land in a
+#: different order on the device
+EMULATOR_TOLERANCE = 1e-2
 
 
 def kind_of(a: Any) -> str | None:
@@ -127,6 +161,10 @@ class _HostMemory:
     def host_bytes(a: np.ndarray) -> np.ndarray:
         """The elements' bytes, a row each."""
         return a.reshape(-1).view(np.uint8).reshape(-1, a.itemsize).copy()
+
+    @staticmethod
+    def host_array(a: np.ndarray) -> np.ndarray:
+        return a.copy()
 
 
 class _GpuMemory:
@@ -182,6 +220,11 @@ class _GpuMemory:
     def host_bytes(self, a: Any) -> np.ndarray:
         """The elements' bytes, a row each."""
         return a.reshape(-1).view(self.torch.uint8).cpu().numpy().reshape(-1, a.element_size())
+
+    def host_array(self, a: Any) -> np.ndarray:
+        """A host copy in the emulator's storage (bfloat16 as its bits)."""
+        from taskloom.runtime.emulator.launch import host_array
+        return host_array(a.detach().cpu()).copy()
 
 
 __all__ = ["KernelCheck", "check_kernels", "format_checks"]

@@ -56,9 +56,27 @@ def test_a_kernel_that_reads_its_output_before_writing_it_is_unstable():
     assert first.kernel == name and first.unstable == {"matmul": 25} and not first.unwritten
 
 
+def test_each_call_against_the_emulator_names_the_kernel_that_differs(monkeypatch):
+    from taskloom.runtime import cuda_check
+    x = rng.standard_normal((5, 37)).astype(np.float32)
+    checks = check_kernels(compiled(), x, emulate=True)
+    assert all(c.ok and set(c.emulator_diff.values()) == {0.0} for c in checks)
+    launch = cuda_check._HostMemory.launch
+
+    def off_by_one(self, fn, argv):  # a "device" whose softmax adds 1 to its first element
+        launch(self, fn, argv)
+        if "softmax" in fn.name:
+            argv[-1].reshape(-1)[0] += 1.0
+    monkeypatch.setattr(cuda_check._HostMemory, "launch", off_by_one)
+    checks = check_kernels(compiled(), x, emulate=True)
+    assert [c.kernel for c in checks if c.emulator_diff and max(c.emulator_diff.values()) > 0.1] == \
+        [checks[-1].kernel]
+    assert "from the emulator" in format_checks(checks).splitlines()[-1]
+
+
 @pytest.mark.cuda
 def test_on_the_gpu_the_kernels_of_a_correct_graph_pass():
     torch = pytest.importorskip("torch")
     model = compiled("cuda")
-    checks = check_kernels(model, torch.randn(5, 37, device="cuda"))
-    assert all(c.ok for c in checks), format_checks(checks)
+    checks = check_kernels(model, torch.randn(5, 37, device="cuda"), emulate=True)
+    assert all(c.ok and max(c.emulator_diff.values()) < 1e-5 for c in checks), format_checks(checks)

@@ -20,6 +20,7 @@ contractions (matmul, convolution) wait for their templates.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from taskloom.errors import ScheduleError
 from taskloom.ir import expr as E
@@ -27,7 +28,7 @@ from taskloom.ir import gpu
 from taskloom.ir import stmt as S
 from taskloom.ir.arith import simplify_expr
 from taskloom.ir.compute import GridCompute, ReduceCompute, Task, TensorInput
-from taskloom.ir.dtypes import DataType, index_type
+from taskloom.ir.dtypes import DataType, TensorType, index_type
 from taskloom.ir.functor import Rewriter, collect, substitute
 from taskloom.ir.index import prod, unravel
 from taskloom.schedule.cuda.injective import run_length, vector_kernel
@@ -185,6 +186,64 @@ def _static_size(shape: tuple) -> int:
     return int(n.value) if isinstance(n, E.Constant) else 1 << 62
 
 
+def _row_loops(body: list[S.Stmt], length: Any) -> list[tuple[S.For, E.Var]]:
+    """The top-level loops of a row kernel that stride over the row's ``length`` elements
+    (``for t: k = t * threads + lane; if k < length: ...``), each with its element variable."""
+    found = []
+    for stmt in body:
+        if isinstance(stmt, S.For) and isinstance(stmt.body, S.SeqStmt) and len(stmt.body.stmts) == 2:
+            let, guard = stmt.body.stmts
+            cond = guard.cond if isinstance(guard, S.If) and guard.else_body is None else None
+            if isinstance(let, S.Let) and isinstance(cond, E.Binary) and cond.op == "lt" and cond.a is let.var \
+                    and isinstance(cond.b, E.Constant) and int(cond.b.value) == length:
+                found.append((stmt, let.var))
+    return found
+
+
+def _stage_row(body: list[S.Stmt], names: NameGen, threads: int, lane: E.Var, length: Any,
+               out: E.Var) -> list[S.Stmt] | None:
+    """``body`` with the row's elements that two or more of its passes read (a layer norm's
+    input: its mean, its variance, its result) loaded once into registers, as the passes
+    stride over them, and each pass reading the registers; None where nothing is read twice
+    or the row is too long for registers (a warp a row of at most ``ROW_REGISTERS`` each)."""
+    length = int(length.value) if isinstance(length, E.Constant) else length
+    if not isinstance(length, int) or -(-length // threads) > ROW_REGISTERS:
+        return None
+    loops = _row_loops(body, length)
+    e = E.Var(names.fresh("e"), index_type)
+    seen: dict[E.Expr, int] = {}
+    for loop, k in loops:
+        reads = {substitute(x, {k: e}) for x in collect(loop.body, E.TensorElement)
+                 if x.tensor is not out and k in E.free_vars(x)}  # type: ignore[attr-defined]
+        for x in reads:
+            seen[x] = seen.get(x, 0) + 1
+    # (read at the top of the row: an index must not depend on what the row computes)
+    made = {d.var for d in collect(S.seq(body), (S.Declare, S.Let, S.For))}  # type: ignore[attr-defined]
+    shared = [x for x, n in seen.items() if n > 1 and not (E.free_vars(x) & made)]
+    if not shared:
+        return None
+    per_thread = -(-length // threads)
+    held = {x: E.Var(names.fresh("row"), TensorType(x.type, (E.as_expr(per_thread),))) for x in shared}
+    t, k = E.Var(names.fresh("t"), index_type), E.Var(names.fresh("k"), index_type)
+    stage = [S.Declare(v, scope="register") for v in held.values()] + [
+        S.Comment("the row's elements this thread reads, loaded once"),
+        S.For(t, E.as_expr(per_thread), S.seq([
+            S.Let(k, t * threads + lane),
+            S.If(k < length, S.seq([S.BufferStore(v, (t,), substitute(x, {e: k})) for x, v in held.items()]))]),
+            kind="unroll")]
+    rewritten = {}
+    for loop, var in loops:
+        inner = loop.body
+        for x, v in held.items():
+            inner = _Replace(substitute(x, {e: var}), E.TensorElement(v, (loop.var,))).visit(inner)
+        rewritten[id(loop)] = S.For(loop.var, loop.extent, inner, kind="unroll")
+    return stage + [rewritten.get(id(stmt), stmt) for stmt in body]
+
+
+#: The most elements of a row a thread holds in registers (a warp's row of 1024)
+ROW_REGISTERS = 32
+
+
 def _rows_kernel(task: Task, split: int, name: str | None) -> S.Function:
     """A row reduction with a warp (or a block) per row: the rows are the output's first
     ``split`` axes, the row's elements the rest (one axis, or none), each warp of a block
@@ -217,7 +276,10 @@ def _rows_kernel(task: Task, split: int, name: str | None) -> S.Function:
                  S.For(t, E.as_expr(E.cdiv(E.as_expr(length), threads)), S.seq([
                      S.Let(j, t * threads + lane),
                      S.If(j < length, S.BufferStore(tensors[out], (*outer, j), substitute(value, {out.axes[-1]: j})))]))]
-    doc = (f"{task.name}: scheduled by the CUDA rules, a {'warp' if threads < BLOCK else 'block'} a row")
+    staged = _stage_row(body, names, threads, lane, length, tensors[out]) if threads == gpu.WARP_SIZE else None
+    body = staged or body
+    doc = (f"{task.name}: scheduled by the CUDA rules, a {'warp' if threads < BLOCK else 'block'} a row"
+           + (", the row held in registers" if staged else ""))
     fn = S.Function(name or task.name, tuple(params), S.seq([*head, S.If(row < rows, S.seq(body))]),
                     attrs=(("doc", doc),))
     return gpu.cuda_kernel(fn, (simplify_expr(E.as_expr(E.cdiv(rows, per_block))),), (BLOCK,))

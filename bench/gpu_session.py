@@ -101,24 +101,26 @@ def checked_bert(layers: int, hidden: int, heads: int) -> Any:
     return lambda ids: model(input_ids=ids).last_hidden_state, model
 
 
-def check_bert(out: Path) -> None:
+def check_bert(out: Path, device: str = "cuda", berts: Any = CHECKED_BERTS) -> None:
     """BERT in float16 (:data:`CHECKED_BERTS`) against eager torch, with wgmma and without,
     then each of its kernels by itself (:mod:`taskloom.runtime.cuda_check`): which kernel
     leaves memory unwritten, computes differently twice, or (the small one) differs from
-    the emulator on this GPU."""
+    the emulator on this GPU (``device="cpu"``: a dry run of the stage, in the emulator)."""
     from taskloom.bench.gpu import _taskloom_backend
+    from taskloom.frontend.torch import Backend
     from taskloom.runtime.cuda_check import check_kernels, format_checks
     found: dict[str, Any] = {}
-    for layers, hidden, heads, seq, emulate in CHECKED_BERTS:
+    for layers, hidden, heads, seq, emulate in berts:
         fn, model = checked_bert(layers, hidden, heads)
-        model.to("cuda")
-        ids = torch.randint(0, 30522, (1, seq), device="cuda", generator=torch.Generator("cuda").manual_seed(0))
+        model.to(device)
+        ids = torch.randint(0, 30522, (1, seq), generator=torch.Generator().manual_seed(0)).to(device)
         with torch.inference_mode():
             want = fn(ids).float()
             for wgmma in ("1", "0"):
                 os.environ["TASKLOOM_WGMMA"] = wgmma
                 torch._dynamo.reset()
-                backend = _taskloom_backend()
+                backend = _taskloom_backend() if device == "cuda" else \
+                    Backend(target="cuda:sm_90a", device="emulator", fallback=False)
                 key = f"{layers} layers, hidden {hidden}, sequence {seq}, wgmma {'on' if wgmma == '1' else 'off'}"
                 try:
                     got = torch.compile(fn, backend=backend)(ids).float()

@@ -5,7 +5,7 @@ The code of a build depends on the target's numbers, so a GPU that reads differe
 ``--gpu`` builds afresh; nothing is wrong then, only slower.
 
     TASKLOOM_CACHE_DIR=.gpucache python3 bench/gpu_prepare.py --gpu "NVIDIA H100 80GB HBM3" \
-        [--matmuls] [--tuning] [--dynamic] [--check-bert] bert resnet50
+        [--matmuls] [--tuning] [--dynamic] [--check-models] bert resnet50
 """
 from __future__ import annotations
 
@@ -91,15 +91,15 @@ def prepare_dynamic(target: CudaTarget) -> float:
     return seconds
 
 
-def prepare_check_bert(target: CudaTarget) -> float:
-    """The check_bert stage's builds (bench/gpu_session.py CHECKED_BERTS), with wgmma and
+def prepare_check_models(target: CudaTarget) -> float:
+    """The check_models stage's builds (bench/gpu_session.py CHECKED_MODELS), with wgmma and
     without; the seconds they took."""
     import os
-    from gpu_session import CHECKED_BERTS, checked_bert
+    from gpu_session import CHECKED_MODELS, checked_model
     seconds = 0.0
-    for layers, hidden, heads, seq, _ in CHECKED_BERTS:
-        fn, _ = checked_bert(layers, hidden, heads)
-        ids = torch.randint(0, 30522, (1, seq))
+    for family, layers, hidden, heads, seq, _ in CHECKED_MODELS:
+        fn, _ = checked_model(family, layers, hidden, heads)
+        ids = torch.randint(0, 30522, (1, seq), generator=torch.Generator().manual_seed(0))
         for wgmma in ("1", "0"):
             os.environ["TASKLOOM_WGMMA"] = wgmma
             seconds += _compile(fn, (ids,), target)
@@ -138,7 +138,7 @@ def main() -> None:
     parser.add_argument("--matmuls", action="store_true", help="also the session's matmuls")
     parser.add_argument("--tuning", action="store_true", help="also the libraries its tune stage times")
     parser.add_argument("--dynamic", action="store_true", help="also its dynamic stage's BERT builds")
-    parser.add_argument("--check-bert", action="store_true", help="also its check_bert stage's builds")
+    parser.add_argument("--check-models", action="store_true", help="also its check_models stage's builds")
     parser.add_argument("--gpu", default="NVIDIA H100 80GB HBM3", help="the name the GPU's driver reports")
     parser.add_argument("--arch", default="sm_90a")
     args = parser.parse_args()
@@ -147,8 +147,8 @@ def main() -> None:
         print(f"matmuls: built in {prepare_matmuls(target):.1f} s", flush=True)
     if args.tuning:
         print(f"tuning: built in {prepare_tuning(target):.1f} s", flush=True)
-    if args.check_bert:
-        print(f"check_bert: built in {prepare_check_bert(target):.1f} s", flush=True)
+    if args.check_models:
+        print(f"check_models: built in {prepare_check_models(target):.1f} s", flush=True)
     if args.dynamic:
         print(f"dynamic: built in {prepare_dynamic(target):.1f} s", flush=True)
     for name in args.models:

@@ -6,7 +6,7 @@ in (torch.profiler) beside the host's time per call, the bar products tuned on t
 against the analytic model's configs, BERT's linears split along K, and BERT over several
 shapes compiled once with symbolic sizes against a compile per shape and the peers.
 
-    python3 bench/gpu_session.py --out DIR [--stages wgmma_smoke|check_bert,matmul,mma_sync,models,tune,split_k,dynamic]
+    python3 bench/gpu_session.py --out DIR [--stages wgmma_smoke|check_models,matmul,mma_sync,models,tune,split_k,dynamic]
         [--models bert,resnet50] [--systems taskloom,torch,inductor,cudagraphs]
 """
 from __future__ import annotations
@@ -86,32 +86,40 @@ def wgmma_smoke(target: str = "cuda", device: str = "cuda") -> int:
     return 0 if used and max(errors) < 0.5 else 1
 
 
-#: The BERTs check_bert runs (layers, hidden, heads, sequence, emulated): BERT-base of 12 and
-#: 1 layers, and a small one whose every kernel the emulator also runs from the GPU's inputs
-CHECKED_BERTS = ((12, 768, 12, 128, False), (1, 768, 12, 128, False), (2, 256, 4, 64, True))
+#: The transformers check_models runs (family, layers, hidden, heads, sequence, emulated):
+#: BERT-base of 12 and 1 layers, GPT-2 small, and small ones of each whose every kernel the
+#: emulator also runs from the GPU's inputs
+CHECKED_MODELS = (("bert", 12, 768, 12, 128, False), ("bert", 1, 768, 12, 128, False), ("bert", 2, 256, 4, 64, True),
+                  ("gpt2", 12, 768, 12, 128, False), ("gpt2", 2, 256, 4, 64, True))
 
 
-def checked_bert(layers: int, hidden: int, heads: int) -> Any:
-    """A float16 BERT of ``layers`` (random weights, seeded), called with token ids."""
+def checked_model(family: str, layers: int, hidden: int, heads: int) -> Any:
+    """A float16 BERT or GPT-2 of ``layers`` (random weights, seeded), called with token ids:
+    the function giving its last hidden state, and the module."""
     import transformers
     torch.manual_seed(0)
-    config = transformers.BertConfig(attn_implementation="eager", num_hidden_layers=layers, hidden_size=hidden,
-                                     num_attention_heads=heads, intermediate_size=4 * hidden)
-    model = transformers.BertModel(config, add_pooling_layer=False).half().eval()
+    if family == "bert":
+        config = transformers.BertConfig(attn_implementation="eager", num_hidden_layers=layers, hidden_size=hidden,
+                                         num_attention_heads=heads, intermediate_size=4 * hidden)
+        model = transformers.BertModel(config, add_pooling_layer=False)
+    else:
+        config = transformers.GPT2Config(attn_implementation="eager", n_layer=layers, n_embd=hidden, n_head=heads)
+        model = transformers.GPT2Model(config)
+    model = model.half().eval()
     return lambda ids: model(input_ids=ids).last_hidden_state, model
 
 
-def check_bert(out: Path, device: str = "cuda", berts: Any = CHECKED_BERTS) -> None:
-    """BERT in float16 (:data:`CHECKED_BERTS`) against eager torch, with wgmma and without,
-    then each of its kernels by itself (:mod:`taskloom.runtime.cuda_check`): which kernel
-    leaves memory unwritten, computes differently twice, or (the small one) differs from
-    the emulator on this GPU (``device="cpu"``: a dry run of the stage, in the emulator)."""
+def check_models(out: Path, device: str = "cuda", checked: Any = CHECKED_MODELS) -> None:
+    """BERT and GPT-2 in float16 (:data:`CHECKED_MODELS`) against eager torch, with wgmma and
+    without, then each of their kernels by itself (:mod:`taskloom.runtime.cuda_check`): which
+    kernel leaves memory unwritten, computes differently twice, or (the small ones) differs
+    from the emulator on this GPU (``device="cpu"``: a dry run of the stage, in the emulator)."""
     from taskloom.bench.gpu import _taskloom_backend
     from taskloom.frontend.torch import Backend
     from taskloom.runtime.cuda_check import check_kernels, format_checks
     found: dict[str, Any] = {}
-    for layers, hidden, heads, seq, emulate in berts:
-        fn, model = checked_bert(layers, hidden, heads)
+    for family, layers, hidden, heads, seq, emulate in checked:
+        fn, model = checked_model(family, layers, hidden, heads)
         model.to(device)
         ids = torch.randint(0, 30522, (1, seq), generator=torch.Generator().manual_seed(0)).to(device)
         with torch.inference_mode():
@@ -121,7 +129,7 @@ def check_bert(out: Path, device: str = "cuda", berts: Any = CHECKED_BERTS) -> N
                 torch._dynamo.reset()
                 backend = _taskloom_backend() if device == "cuda" else \
                     Backend(target="cuda:sm_90a", device="emulator", fallback=False)
-                key = f"{layers} layers, hidden {hidden}, sequence {seq}, wgmma {'on' if wgmma == '1' else 'off'}"
+                key = f"{family} {layers} layers, hidden {hidden}, sequence {seq}, wgmma {'on' if wgmma == '1' else 'off'}"
                 try:
                     got = torch.compile(fn, backend=backend)(ids).float()
                     diff = float((got - want).abs().max() / want.abs().max())
@@ -129,11 +137,11 @@ def check_bert(out: Path, device: str = "cuda", berts: Any = CHECKED_BERTS) -> N
                     table = format_checks(check_kernels(graph, ids, emulate=emulate))
                     again = float((graph(ids).float() - want).abs().max() / want.abs().max())
                     found[key] = {"max_rel_diff": diff, "max_rel_diff_after_checks": again, "kernels": table}
-                    print(f"bert {key}: max relative difference {diff:.3g} (then {again:.3g})\n{table}", flush=True)
+                    print(f"{key}: max relative difference {diff:.3g} (then {again:.3g})\n{table}", flush=True)
                 except Exception as exc:  # one failure must not lose the others
                     found[key] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
-                    print(f"bert {key}: {found[key]['traceback']}", flush=True)
-                _save(out / "check_bert.json", found)
+                    print(f"{key}: {found[key]['traceback']}", flush=True)
+                _save(out / "check_models.json", found)
     os.environ.pop("TASKLOOM_WGMMA", None)
 
 
@@ -381,8 +389,8 @@ def main() -> None:
     stages = args.stages.split(",")
     if "wgmma_smoke" in stages:
         raise SystemExit(wgmma_smoke())
-    if "check_bert" in stages:
-        check_bert(args.out)
+    if "check_models" in stages:
+        check_models(args.out)
     if "matmul" in stages:
         matmuls(args.out, args.repeats, args.rounds)
     if "mma_sync" in stages:

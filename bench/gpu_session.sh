@@ -2,7 +2,7 @@
 # A lent GPU's checks and measurements, most valuable first, each step under its own time
 # limit so that one hang costs only its step. Run from the repository root on the GPU
 # machine; what it finds lands in $OUT: log.txt (all output), gpu.json, matmul.json,
-# check_bert.json, matmul_mma_sync.json, models.json, tune.json, records.jsonl, split_k.json, dynamic.json
+# check_models.json, matmul_mma_sync.json, models.json, tune.json, records.jsonl, split_k.json, dynamic.json
 # (bench/gpu_session.py). A .gpucache folder made by bench/gpu_prepare.py is
 # used as taskloom's build cache when present.
 set -u
@@ -44,7 +44,7 @@ export -f facts
         echo "== Hopper's instructions failed: TASKLOOM_WGMMA=0 for the rest of the session"
     fi
     # BERT computed wrong on the H100 (2026-11-28): which kernel, before anything else
-    step 150 python3 bench/gpu_session.py --out "$OUT" --stages check_bert
+    step 200 python3 bench/gpu_session.py --out "$OUT" --stages check_models
     step 120 python3 -m pytest -q -p no:cacheprovider -m cuda -n 16 --timeout 100 --tb=short -rfE ${skip[@]+"${skip[@]}"} \
         tests/gpu tests/runtime/test_device.py tests/frontend/test_torch_cuda.py tests/compiler/test_cuda_graph.py tests/compiler/test_cuda_dynamic.py \
         tests/bench/test_gpu.py tests/tune/test_cuda_tuner.py tests/backend/test_nvrtc.py tests/runtime/test_cuda_check.py

@@ -39,38 +39,42 @@ def load(path: Path) -> dict[m.Product, list[tuple[m.TensorCoreConfig, float]]]:
 
 
 def predicted(hw: m.Hardware, product: m.Product, configs: list) -> np.ndarray:
-    saved = dict(m.HARDWARE)
-    m.HARDWARE[9] = hw
-    try:
+    with _constants(hw):
         return np.array([m.cycles(product, c, TARGET) for c in configs])
-    finally:
+
+
+#: How much the Nsight Compute anchors (:data:`mma_model.ANCHORS`) weigh against the mean
+#: of the records' errors (0: not at all)
+ANCHOR_WEIGHT = 0.0
+
+
+class _constants:
+    """``HARDWARE[9]`` set to ``hw`` inside the ``with``."""
+
+    def __init__(self, hw: m.Hardware):
+        self.hw, self.saved = hw, dict(m.HARDWARE)
+
+    def __enter__(self) -> None:
+        m.HARDWARE[9] = self.hw
+
+    def __exit__(self, *exc: object) -> None:
         m.HARDWARE.clear()
-        m.HARDWARE.update(saved)
+        m.HARDWARE.update(self.saved)
 
 
 def picked(hw: m.Hardware, product: m.Product, configs: list) -> int:
     """The index of the config the model picks (:func:`mma_model.rank`: its ties broken as
     ``choose`` breaks them)."""
-    saved = dict(m.HARDWARE)
-    m.HARDWARE[9] = hw
-    try:
+    with _constants(hw):
         return min(range(len(configs)), key=lambda k: m.rank(product, configs[k], TARGET, 2))
-    finally:
-        m.HARDWARE.clear()
-        m.HARDWARE.update(saved)
 
 
 def anchors(hw: m.Hardware) -> list[str]:
     """The model's cycles against the Nsight Compute anchors (mma.sync kernels)."""
-    saved = dict(m.HARDWARE)
-    m.HARDWARE[9] = hw
-    try:
+    with _constants(hw):
         return [f"  anchor {p.M}x{p.N}x{p.K} {c}: model {m.cycles(p, c, CudaTarget.from_arch(arch)):,.0f} cycles, "
                 f"measured {want:,} ({m.cycles(p, c, CudaTarget.from_arch(arch)) / want - 1:+.1%})"
                 for arch, p, c, want in m.ANCHORS]
-    finally:
-        m.HARDWARE.clear()
-        m.HARDWARE.update(saved)
 
 
 def loss(hw: m.Hardware, data: dict) -> tuple[float, float]:
@@ -81,7 +85,12 @@ def loss(hw: m.Hardware, data: dict) -> tuple[float, float]:
         logs += [math.log(c) - math.log(s) for c, (_, s) in zip(cyc, rows)]
     a = np.array(logs)
     clock = float(np.exp(np.mean(a)))  # cycles / seconds
-    return float(np.mean((a - np.log(clock)) ** 2)), clock
+    err = float(np.mean((a - np.log(clock)) ** 2))
+    if ANCHOR_WEIGHT:  # the anchors' cycles were measured with their clocks: no clock to fit
+        with _constants(hw):
+            err += ANCHOR_WEIGHT * sum((math.log(m.cycles(p, c, CudaTarget.from_arch(arch)) / want)) ** 2
+                                       for arch, p, c, want in m.ANCHORS) / len(m.ANCHORS)
+    return err, clock
 
 
 def fit(hw: m.Hardware, data: dict, rounds: int = 4) -> m.Hardware:
@@ -116,7 +125,10 @@ def report(hw: m.Hardware, data: dict, title: str) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("records", type=Path)
+    parser.add_argument("--anchors", type=float, default=0.0, help="the anchors' weight in the fit")
     args = parser.parse_args()
+    global ANCHOR_WEIGHT
+    ANCHOR_WEIGHT = args.anchors
     data = load(args.records)
     now = m.HARDWARE[9]
     print("\n".join(report(now, data, "in the code")))

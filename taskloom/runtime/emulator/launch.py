@@ -45,11 +45,7 @@ def run_kernel(fn: S.Function, args: Sequence[Any] | Mapping[str, Any], *, check
     :class:`EmulatorError`\\ s. Returns the launch's counters; ``verbose`` prints them.
     """
     program = compile_kernel(fn)
-    scalars, buffers = bind_arguments(fn, args)
-    if check:  # what the launch writes, watched for blocks that meet on an element
-        written = {t.name for t in gpu.written_tensors(fn.body) if isinstance(t, E.Var)}
-        for name in written & set(buffers):
-            buffers[name].races = checks.BlockRaceTracker(buffers[name].size)
+    scalars, buffers = bind_arguments(fn, args, watch=check)
     report = launch_report(fn, scalars)
     grid, block = report.grid, report.block
     blocks = grid[0] * grid[1] * grid[2]
@@ -109,8 +105,10 @@ def evaluate(fn: S.Function, e: Any, scalars: dict[str, np.ndarray], what: str) 
 
 # ----------------------------------------------------------------------------- arguments
 
-def bind_arguments(fn: S.Function, args: Sequence[Any] | Mapping[str, Any]) -> tuple[dict, dict]:
-    """The scalar arguments as uniform values and the arrays as global buffers, by name."""
+def bind_arguments(fn: S.Function, args: Sequence[Any] | Mapping[str, Any], watch: bool = False
+                   ) -> tuple[dict, dict]:
+    """The scalar arguments as uniform values and the arrays as global buffers, by name;
+    with ``watch``, each buffer the kernel writes watched for blocks that meet on an element."""
     if isinstance(args, Mapping):
         missing = [p.name for p in fn.params if p.name not in args]
         extra = [k for k in args if k not in {p.name for p in fn.params}]
@@ -124,6 +122,9 @@ def bind_arguments(fn: S.Function, args: Sequence[Any] | Mapping[str, Any]) -> t
     written = {t.name for t in gpu.written_tensors(fn.body) if isinstance(t, E.Var)}
     buffers = {p.name: _buffer(fn, p, a, scalars, p.name in written)
                for p, a in zip(fn.params, args) if not isinstance(p.type, DataType)}
+    if watch:
+        for name in written & set(buffers):
+            buffers[name].races = checks.BlockRaceTracker(buffers[name].size)
     return scalars, buffers
 
 

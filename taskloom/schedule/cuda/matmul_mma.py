@@ -215,10 +215,7 @@ def window_pieces(expr: E.Expr, vk: E.Var, K: int, chunk: int, nbytes: int) -> _
     offset = substitute(E.as_expr(row_major_offset(element.indices, value.tensor.shape)), {start: q * chunk})
     if not multiple_of(simplify_expr(offset), chunk):
         return None
-    cond = None
-    for c in conds:
-        cond = c if cond is None else E.binary("and", cond, c)
-    return _Window(element, cond, start)
+    return _Window(element, _all(*conds), start)
 
 
 #: Batches whose every row start copies checks one by one; past it (or for a symbolic batch)

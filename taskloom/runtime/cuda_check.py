@@ -20,6 +20,7 @@ import numpy as np
 
 from taskloom.ir import expr as E
 from taskloom.ir import gpu
+from taskloom.runtime.cuda_graph import call_sizes, place
 
 
 @dataclass
@@ -51,10 +52,10 @@ def check_kernels(graph: Any, *args: Any, emulate: bool = False) -> list[KernelC
     checks = []
     for number, call in enumerate(graph._calls(binding)):
         fn = graph._kernels[call["kernel"]]
-        sizes = memory.sizes(call, fn)
+        sizes = call_sizes(call, fn, binding)
         argv = [memory.arg(kind, index, p, fn, sizes) for (kind, index), p in zip(call["args"], fn.params)]
         written = {t.name for t in gpu.written_tensors(fn.body) if isinstance(t, E.Var)}
-        tensors = [(p.name, a) for p, a in zip(fn.params, argv) if kind_of(a) is not None]
+        tensors = [(p.name, a) for p, a in zip(fn.params, argv) if not isinstance(a, int)]  # (not a size)
         kept = [memory.copy(a) for _, a in tensors]
         outs = [(name, a) for name, a in tensors if name in written]
         runs = []
@@ -117,27 +118,12 @@ def format_checks(checks: list[KernelCheck]) -> str:
 EMULATOR_TOLERANCE = 1e-2
 
 
-def kind_of(a: Any) -> str | None:
-    """'numpy' or 'torch' for an array argument, None for a scalar."""
-    return "numpy" if isinstance(a, np.ndarray) else "torch" if hasattr(a, "data_ptr") else None
-
-
 class _HostMemory:
     """The emulator's arrays: the graph's own host arena, inputs, outputs and constants."""
 
     def __init__(self, graph: Any, args: Any, binding: Any):
-        from taskloom.runtime.cuda_graph import _host_arena, _numpy
         self.graph, self.binding = graph, binding
-        if binding is not None and binding.arena_bytes + 64 > len(graph._arena):
-            graph._arena = _host_arena(binding.arena_bytes)
-        self.tables = {"w": graph.constants, "in": [graph._host_input(k, a, binding) for k, a in enumerate(args)],
-                       "out": [np.empty(shape, _numpy(o["dtype"]))
-                               for o, shape in zip(graph.outputs, graph.output_shapes(binding))]}
-
-    def sizes(self, call: dict[str, Any], fn: Any) -> dict[str, Any]:
-        from taskloom.runtime.emulator import values
-        return {p.name: values.constant(int(self.binding.sym[index]), p.type)
-                for (kind, index), p in zip(call["args"], fn.params) if kind == "sym"}
+        self.tables = graph._emulator_tables(args, binding)
 
     def arg(self, kind: str, index: int, p: Any, fn: Any, sizes: dict[str, Any]) -> Any:
         return self.graph._emulator_arg(self.tables, kind, index, p, fn, sizes, self.binding)
@@ -175,34 +161,21 @@ class _GpuMemory:
     def __init__(self, graph: Any, args: Any, binding: Any):
         state = graph._gpu
         self.graph, self.binding, self.state, self.torch = graph, binding, state, state.torch
-        if binding is not None and binding.arena_bytes > state.arena.nbytes:
-            state.arena = state.device.allocate(binding.arena_bytes, "the arena of its intermediates")
-            state.replays.clear()
+        state.fit_arena(binding)
         self.ins = [state.device_input(spec, a, binding) for spec, a in zip(graph.inputs, args)]
         self.outs = state.empty_outputs([(o["dtype"], s) for o, s in zip(graph.outputs, graph.output_shapes(binding))])
 
-    def sizes(self, call: dict[str, Any], fn: Any) -> dict[str, Any]:
-        return {p.name: int(self.binding.sym[index]) for (kind, index), p in zip(call["args"], fn.params)
-                if kind == "sym"}
-
     def arg(self, kind: str, index: int, p: Any, fn: Any, sizes: dict[str, Any]) -> Any:
         if kind == "sym":
-            return sizes[p.name]
+            return int(self.binding.sym[index])
         if kind in ("in", "out"):
             return (self.ins if kind == "in" else self.outs)[index]
         if kind == "w":
             return self.state.constants[index]
-        from taskloom.runtime.emulator import values
-        from taskloom.runtime.emulator.launch import evaluate
-        count = int(np.prod([evaluate(fn, d, {n: values.constant(v, next(q.type for q in fn.params if q.name == n))
-                                               for n, v in sizes.items()}, f"shape of '{p.name}'")
-                             for d in p.type.shape]))
-        start = index if kind == "arena" else int(self.binding.off[index])
+        start, nbytes = place(kind, index, p, fn, sizes, self.binding)
         arena = self.state.arena
-        raw = arena.owner
-        first = arena.ptr - raw.data_ptr() + start
-        dtype = self.state.torch_dtype(p.type.dtype.name)
-        return raw[first:first + count * p.type.dtype.nbytes].view(dtype)
+        first = arena.ptr - arena.owner.data_ptr() + start
+        return arena.owner[first:first + nbytes].view(self.state.torch_dtype(p.type.dtype.name))
 
     def launch(self, fn: Any, argv: list[Any]) -> None:
         self.state.module[fn.name]._launch(argv)

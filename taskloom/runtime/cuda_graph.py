@@ -125,16 +125,11 @@ class CudaCompiledGraph:
     # ------------------------------------------------------------------ the emulator
     def _run_emulator(self, args: Sequence[Any], binding: Binding | None) -> list[np.ndarray]:
         from taskloom.runtime.emulator import run_kernel
-        tables = {"w": self.constants, "in": [self._host_input(k, a, binding) for k, a in enumerate(args)],
-                  "out": [np.empty(shape, _numpy(o["dtype"])) for o, shape in zip(self.outputs,
-                                                                                 self.output_shapes(binding))]}
-        if binding is not None and binding.arena_bytes + 64 > len(self._arena):
-            self._arena = _host_arena(binding.arena_bytes)
+        tables = self._emulator_tables(args, binding)
         self.last_reports = []
         for call in self._calls(binding):
             fn = self._kernels[call["kernel"]]
-            sizes = {p.name: values.constant(int(binding.sym[index]), p.type)  # type: ignore[union-attr]
-                     for (kind, index), p in zip(call["args"], fn.params) if kind == "sym"}
+            sizes = call_sizes(call, fn, binding)
             args_ = [self._emulator_arg(tables, kind, index, p, fn, sizes, binding)
                      for (kind, index), p in zip(call["args"], fn.params)]
             self.last_reports.append(run_kernel(fn, args_))
@@ -145,18 +140,24 @@ class CudaCompiledGraph:
                     for o, spec in zip(outs, self.outputs)]
         return outs
 
+    def _emulator_tables(self, args: Sequence[Any], binding: Binding | None) -> dict[str, list[np.ndarray]]:
+        """A call's tables in the emulator (constants, its inputs on the host, new outputs),
+        the host arena grown to what its sizes need."""
+        if binding is not None and binding.arena_bytes + 64 > len(self._arena):
+            self._arena = _host_arena(binding.arena_bytes)
+        return {"w": self.constants, "in": [self._host_input(k, a, binding) for k, a in enumerate(args)],
+                "out": [np.empty(shape, _numpy(o["dtype"])) for o, shape in zip(self.outputs,
+                                                                               self.output_shapes(binding))]}
+
     def _emulator_arg(self, tables: dict[str, list[np.ndarray]], kind: str, index: int, p: Any, fn: Any,
                       sizes: dict[str, Any], binding: Binding | None) -> Any:
         if kind == "sym":
             return int(binding.sym[index])  # type: ignore[union-attr]
         if kind not in ("arena", "slot"):
             return tables[kind][index]
-        t: TensorType = p.type
-        storage = _numpy(t.dtype.name)
-        count = int(np.prod([evaluate(fn, d, sizes, f"shape of '{p.name}'") for d in t.shape]))
-        start = index if kind == "arena" else int(binding.off[index])  # type: ignore[union-attr]
+        start, nbytes = place(kind, index, p, fn, sizes, binding)
         assert self._arena is not None
-        return self._arena[start:start + count * storage.itemsize].view(storage)
+        return self._arena[start:start + nbytes].view(_numpy(p.type.dtype.name))
 
     def _host_input(self, k: int, a: Any, binding: Binding | None) -> np.ndarray:
         spec = self.inputs[k]
@@ -194,6 +195,21 @@ def check_input(spec: dict[str, Any], dtype_ok: bool, dtype: str, shape: Sequenc
         want = tuple(spec["shape"]) if binding is None else "(" + ", ".join(map(str, spec["shape"])) + ")"
         raise ArgumentError(f"input '{spec['name']}' must be {spec['dtype']} of shape {want}, "
                             f"got {dtype} of shape {tuple(shape)}")
+
+
+def call_sizes(call: dict[str, Any], fn: Any, binding: Binding | None) -> dict[str, Any]:
+    """The sizes a call passes ``fn`` (a dynamic graph's symbols), as the emulator's values."""
+    return {p.name: values.constant(int(binding.sym[index]), p.type)  # type: ignore[union-attr]
+            for (kind, index), p in zip(call["args"], fn.params) if kind == "sym"}
+
+
+def place(kind: str, index: int, p: Any, fn: Any, sizes: dict[str, Any], binding: Binding | None) -> tuple[int, int]:
+    """Where an intermediate lies in the arena: its first byte and its bytes, at an offset
+    planned once (``arena``) or per call (``slot``)."""
+    t: TensorType = p.type
+    count = int(np.prod([evaluate(fn, d, sizes, f"shape of '{p.name}'") for d in t.shape]))
+    start = index if kind == "arena" else int(binding.off[index])  # type: ignore[union-attr]
+    return start, count * t.dtype.nbytes
 
 
 def _host_arena(nbytes: int) -> np.ndarray:
@@ -244,10 +260,7 @@ class _GpuState:
     def run(self, ins: list[Any], specs: list[tuple[str, tuple[int, ...]]], binding: Binding | None) -> list[Any]:
         """The outputs (new tensors) of one call: by replaying the call captured at these
         sizes where that works (see :class:`_Replay`), else by launching each kernel."""
-        if binding is not None and binding.arena_bytes > self.arena.nbytes:
-            self.torch.cuda.current_stream().synchronize()  # the old arena may still be in use
-            self.arena = self.device.allocate(binding.arena_bytes, "the arena of its intermediates")
-            self.replays.clear()  # they point into the old arena
+        self.fit_arena(binding)
         key = binding.values if binding is not None else ()
         replay = self.replays.get(key)
         if replay is None and self.graphs_wanted:
@@ -263,6 +276,13 @@ class _GpuState:
         outs = self.empty_outputs(specs)
         self.launch(ins, outs, binding)
         return outs
+
+    def fit_arena(self, binding: Binding | None) -> None:
+        """The arena grown to what a dynamic graph's call at ``binding``'s sizes needs."""
+        if binding is not None and binding.arena_bytes > self.arena.nbytes:
+            self.torch.cuda.current_stream().synchronize()  # the old arena may still be in use
+            self.arena = self.device.allocate(binding.arena_bytes, "the arena of its intermediates")
+            self.replays.clear()  # they point into the old arena
 
     def launch(self, ins: list[Any], outs: list[Any], binding: Binding | None, check: bool = True) -> None:
         """Enqueues every kernel on the current stream; with ``check``, waits for them where a

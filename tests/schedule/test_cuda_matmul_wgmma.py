@@ -163,3 +163,26 @@ def test_a_producer_warpgroup_prints_and_parses_back():
         outs.append(out.reshape(40, 64))
     np.testing.assert_array_equal(outs[0], outs[1])
     np.testing.assert_allclose(f32(outs[0]), f32(a) @ f32(w), rtol=2e-3, atol=2e-2)
+
+
+
+def test_the_template_s_proxy_fence_is_what_makes_cp_async_tiles_visible():
+    # the same kernel with its fence.proxy.async dropped: the emulator names the race the
+    # device could run into (the tensor cores reading a slot the cp.async writes have not reached)
+    from taskloom.ir import gpu, stmt as S
+    from taskloom.ir.functor import Rewriter, collect
+    from taskloom.runtime.emulator import EmulatorError
+
+    class DropFence(Rewriter):
+        def visit_FenceProxyAsync(self, node):
+            return S.seq([])
+
+    ai = input((64, 128), "float16", name="a")
+    graph = Graph([ai], [ops.matmul(ai, taskloom.asarray(half(128, 64)))])
+    [group] = fuse_graph(graph)
+    fn = wgmma_kernel(match_contraction(group.task, (float16,)), SMALL[0], "mm")
+    bare = DropFence().visit(fn)
+    assert collect(fn.body, gpu.FenceProxyAsync) and not collect(bare.body, gpu.FenceProxyAsync)
+    module = taskloom.build(bare, target=SM90A, device="emulator")
+    with pytest.raises(EmulatorError, match="no fence.proxy.async after it"):
+        module["mm"](half(64, 128), *[t.numpy() for t in group.inputs[1:]], np.zeros((64, 64), np.float16))

@@ -17,8 +17,9 @@ import numpy as np
 from taskloom.ir import expr as E
 from taskloom.ir import gpu
 from taskloom.ir import stmt as S
+from taskloom.ir.functor import collect
 from taskloom.ir.dtypes import DataType, TensorType, VectorType
-from taskloom.runtime.emulator import checks, cp_async, memory, mma, tma, values, wgmma
+from taskloom.runtime.emulator import checks, cp_async, memory, mma, proxies, tma, values, wgmma
 from taskloom.runtime.emulator.exprs import ExprCompiler, instruction_class, lookup
 from taskloom.runtime.emulator.machine import Machine, Mask
 
@@ -139,9 +140,10 @@ class StmtCompiler(ExprCompiler):
         if s.init is not None:
             fv = self.expr(s.init)
             return lambda st, m: st.bind(name, fv(st, m))
-        base = values.scalar_of(t)
-        zero = values.constant(0, base, t.lanes if isinstance(t, VectorType) else 0)
-        return lambda st, m: st.bind(name, zero)
+        base = values.scalar_of(t)  # C leaves it uninitialized: garbage, as a fresh buffer holds
+        junk = values.to_value(memory.garbage(base, 1), base)
+        junk = np.repeat(junk[:, None], t.lanes, axis=1) if isinstance(t, VectorType) else junk
+        return lambda st, m: st.bind(name, junk)
 
     def declare_buffer(self, s: S.Declare) -> Run:
         t, name, scope = s.var.type, s.var.name, s.scope
@@ -295,7 +297,13 @@ class StmtCompiler(ExprCompiler):
         return f
 
     def s_WgmmaFence(self, s: gpu.WgmmaFence) -> Run:
-        return lambda st, m: st.count("fence", m)
+        name = s.acc.name
+
+        def f(st: Machine, m: Mask) -> None:
+            st.count("fence", m)
+            if st.proxies is not None and name in st.bufs:
+                proxies.fence_registers(st, lookup(st, name, self), m)
+        return f
 
     def s_WgmmaCommit(self, s: gpu.WgmmaCommit) -> Run:
         return lambda st, m: wgmma.commit(st, m)
@@ -305,7 +313,11 @@ class StmtCompiler(ExprCompiler):
         return lambda st, m: wgmma.wait(st, pending, m)
 
     def s_FenceProxyAsync(self, s: gpu.FenceProxyAsync) -> Run:
-        return lambda st, m: st.count("fence", m)
+        def f(st: Machine, m: Mask) -> None:
+            st.count("fence", m)
+            if st.proxies is not None:
+                proxies.fence_shared(st, m)
+        return f
 
     def s_FenceMbarrierInit(self, s: gpu.FenceMbarrierInit) -> Run:
         return lambda st, m: st.count("fence", m)
@@ -398,6 +410,10 @@ class Program:
         compiler = StmtCompiler(fn.name)
         compiler.tensor_maps = {t.name: t for t in gpu.tensor_maps(fn)}
         self.body = compiler.stmt(fn.body)
+        # the accumulators of the kernel's wgmmas, whose fences are checked
+        self.accumulators = frozenset(w.d.tensor.name for w in collect(fn.body, gpu.Wgmma))
 
     def run(self, st: Machine) -> None:
+        if st.check and self.accumulators:
+            st.proxies = self.accumulators
         self.body(st, st.top)

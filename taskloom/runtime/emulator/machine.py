@@ -86,6 +86,7 @@ class Machine:
         self.async_copies: Any = None
         self.wgmmas: Any = None  # wgmma groups in flight (emulator.wgmma)
         self.mbarriers: Any = None  # the blocks' mbarriers (emulator.tma)
+        self.proxies: frozenset[str] | None = None  # a checked wgmma kernel: its accumulators (emulator.proxies)
         self._lanes: dict[int, np.ndarray] = {}
 
     # ---- variables, with C's block scoping

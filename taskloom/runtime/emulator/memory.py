@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from taskloom.ir.dtypes import DataType
-from taskloom.runtime.emulator import checks, counters
+from taskloom.runtime.emulator import checks, counters, proxies
 from taskloom.runtime.emulator.machine import Machine, Mask
 from taskloom.runtime.emulator.values import bf16_from_bits, bf16_to_bits, storage
 
@@ -27,19 +27,29 @@ class Buffer:
     data: np.ndarray  # all instances, flat, in the storage dtype
     base: np.ndarray | None = None  # per lane, the offset of the lane's instance (None: global)
     races: checks.RaceTracker | None = None
+    generic: np.ndarray | None = None  # unfenced generic writers, where a wgmma reads it (emulator.proxies)
 
     def keys(self, idx: np.ndarray) -> np.ndarray:
         return idx if self.base is None else self.base + idx
 
 
+def garbage(dtype: DataType, count: int) -> np.ndarray:
+    """Fresh storage as the device leaves it: not zeros. Every byte is 0xFF (NaN in each float
+    type, -1 in each signed integer), so a kernel that reads what it never wrote computes NaN
+    or fails an index check here, instead of finding the zeros it may not find on the GPU."""
+    if dtype.is_bool():
+        return np.ones(count, dtype=bool)
+    return np.full(count * dtype.nbytes, 0xFF, dtype=np.uint8).view(storage(dtype))
+
+
 def new_buffer(st: Machine, name: str, scope: str, dtype: DataType, size: int) -> Buffer:
-    """A zero-filled shared (one per block) or register (one per thread) buffer."""
+    """A shared (one per block) or register (one per thread) buffer, holding :func:`garbage`."""
     shared = scope == "shared"
     count = st.nblocks if shared else st.T
     owner = st.block_of if shared else np.arange(st.T, dtype=np.int64)
     races = checks.RaceTracker(st.nblocks, size) if shared and st.check and size else None
-    return Buffer(name, scope, dtype, size, np.zeros(count * size, dtype=storage(dtype)),
-                  (owner * size)[:, None], races)
+    generic = np.full(count * size, proxies.NONE, dtype=np.int64) if proxies.tracked(st, scope, name) else None
+    return Buffer(name, scope, dtype, size, garbage(dtype, count * size), (owner * size)[:, None], races, generic)
 
 
 def checked(st: Machine, buf: Buffer, idx: np.ndarray, mask: Mask, ok: np.ndarray | None,
@@ -157,10 +167,14 @@ def store(st: Machine, buf: Buffer, idx: np.ndarray, values: np.ndarray, mask: M
     if mask.all and ok is None:
         keys, values = np.broadcast_arrays(keys, values)
         buf.data[keys] = values
+        if buf.generic is not None:
+            proxies.wrote(buf, np.broadcast_to(keys, (st.T, keys.shape[1])), np.arange(st.T)[:, None])
         return
     keys, values = np.broadcast_arrays(np.broadcast_to(keys, (st.T, keys.shape[1])), values)
     sel = _everywhere(st, mask, keys.shape[1], ok)
     buf.data[keys[sel]] = values[sel]
+    if buf.generic is not None:
+        proxies.wrote(buf, keys[sel], np.broadcast_to(np.arange(st.T)[:, None], keys.shape)[sel])
 
 
 def atomic_add(st: Machine, buf: Buffer, idx: np.ndarray, values: np.ndarray, mask: Mask) -> None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from taskloom.ir.gpu import SWIZZLE_ALIGN, TensorMap, map_extent
-from taskloom.runtime.emulator import checks, memory
+from taskloom.runtime.emulator import checks, memory, proxies
 from taskloom.runtime.emulator.machine import Machine, Mask
 from taskloom.runtime.emulator.wgmma import check_writes, swizzle128
 
@@ -174,3 +174,4 @@ def _box_offsets(tmap: TensorMap, nbytes: int) -> np.ndarray:
 def _land(st: Machine, c: _Copy) -> None:
     check_writes(st, c.dst, c.keys, np.full(len(c.keys), c.lane))
     c.dst.data[c.keys] = c.data
+    proxies.wrote_async(c.dst, c.keys)

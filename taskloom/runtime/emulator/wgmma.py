@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from taskloom.runtime.emulator import checks, memory
+from taskloom.runtime.emulator import checks, memory, proxies
 from taskloom.runtime.emulator.machine import Machine, Mask
 from taskloom.runtime.emulator.mma import C_COL, C_ROW
 from taskloom.runtime.emulator.values import to_stored, to_value
@@ -123,8 +123,21 @@ def issue(st: Machine, d: tuple, a: tuple, b: tuple, n: int, majors: tuple[str, 
     ai = _elements(st, abuf, st.full(aidx)[lead], operand_bytes(64, majors[0], a_lbo, a_sbo), "A")
     bi = _elements(st, bbuf, st.full(bidx)[lead], operand_bytes(n, majors[1], b_lbo, b_sbo), "B")
     dbuf, didx = d
-    state.pending.append(_Op(groups, state.committed[groups], lead, (abuf, _keys(st, abuf, ai, lead, "A")),
-                             (bbuf, _keys(st, bbuf, bi, lead, "B")), (dbuf, np.array(st.full(didx))), n))
+    akeys, bkeys = _keys(st, abuf, ai, lead, "A"), _keys(st, bbuf, bi, lead, "B")
+    if st.proxies is not None:
+        _check_fences(st, (abuf, akeys), (bbuf, bkeys), (dbuf, st.full(didx)), lead, n)
+    state.pending.append(_Op(groups, state.committed[groups], lead, (abuf, akeys), (bbuf, bkeys),
+                             (dbuf, np.array(st.full(didx))), n))
+
+
+def _check_fences(st: Machine, a: tuple, b: tuple, d: tuple, lead: np.ndarray, n: int) -> None:
+    """The operands reach the async proxy, the accumulators were fenced (emulator.proxies)."""
+    for (buf, keys), what in ((a, "A operand"), (b, "B operand")):
+        proxies.check_read(st, buf, keys.reshape(len(lead), -1), lead, what)
+    lanes = (lead[:, None] + np.arange(GROUP)).reshape(-1)
+    dbuf, didx = d
+    keys = dbuf.keys(didx[:, None] + np.arange(n // 2))[lanes]
+    proxies.check_read(st, dbuf, keys, lanes, "accumulators")
 
 
 def _keys(st: Machine, buf: memory.Buffer, idx: np.ndarray, lead: np.ndarray, what: str) -> np.ndarray:
@@ -208,3 +221,4 @@ def _complete(st: Machine, op: _Op, ready: np.ndarray) -> None:
     out = np.zeros((st.T, per), np.float32)
     out[lanes] = D[:, rows, cols].reshape(-1, per)
     memory.store(st, dbuf, idx, to_stored(out, dbuf.dtype), st.mask(on))
+    proxies.wrote_async(dbuf, dbuf.keys(idx)[lanes])  # the next wgmma of the group is ordered after it

@@ -174,3 +174,29 @@ def f(x: f32[32]):
 ''')
     with pytest.raises(EmulatorError, match="run taskloom.transforms.lower first"):
         run_kernel(fn, [np.zeros(32, np.float32)])
+
+
+UNWRITTEN = '''
+@kernel(kind='cuda_kernel', grid=(1, 1, 1), block=(64, 1, 1))
+def unwritten(y: f32[64], z: i32[64]):
+    s = shared_tensor(f32, [64])
+    r = register_tensor(f32, [2])
+    n: i32
+    if threadIdx.x < 32:
+        s[threadIdx.x] = 1.0
+        r[0] = 1.0
+        n = 3
+    barrier()
+    y[threadIdx.x] = s[threadIdx.x] + r[0]
+    z[threadIdx.x] = n
+'''
+
+
+def test_memory_never_written_holds_garbage_not_zeros():
+    # a GPU leaves shared memory, registers and uninitialized variables as they were: a kernel
+    # that reads what it never wrote must not find zeros here that it may not find there
+    y, z = np.zeros(64, np.float32), np.zeros(64, np.int32)
+    run_kernel(build(UNWRITTEN), [y, z])
+    np.testing.assert_array_equal(y[:32], 2.0)
+    assert np.isnan(y[32:]).all()
+    np.testing.assert_array_equal(z, [3] * 32 + [-1] * 32)

@@ -141,3 +141,28 @@ def test_an_operand_past_its_buffer_is_caught_at_issue():
     from taskloom.runtime.emulator import OutOfBoundsError
     with pytest.raises(OutOfBoundsError, match="gives wgmma's B operand shared buffer 'sb' at index 4096"):
         _run_64(wgmma_source(64, "k", "k").replace("sb[kk * 16]", "sb[kk * 16 + 4096]"))
+
+
+def test_stores_the_tensor_cores_read_need_a_proxy_fence():
+    # the tiles were stored by the threads (the generic proxy): without fence.proxy.async the
+    # tensor cores (the async proxy) may read the old contents
+    src = wgmma_source(64, "k", "mn").replace("    fence_proxy_async()\n", "")
+    with pytest.raises(EmulatorError, match=r"reads shared 'sa' at index \d+ as its A operand, which thread "
+                                            r"\(\d+, 0, 0\) of block \(0, 0, 0\) wrote by a store or a cp.async "
+                                            "with no fence.proxy.async after it"):
+        _run_64(src)
+
+
+def test_a_fence_before_the_stores_does_not_count():
+    src = wgmma_source(64, "k", "mn").replace("    fence_proxy_async()\n", "")
+    src = src.replace("    tid = threadIdx.x\n", "    tid = threadIdx.x\n    fence_proxy_async()\n")
+    with pytest.raises(EmulatorError, match="no fence.proxy.async"):
+        _run_64(src)
+
+
+def test_accumulators_written_after_the_wgmma_fence_are_a_race():
+    src = wgmma_source(64, "k", "mn").replace("    wgmma_fence(acc)\n", "    wgmma_fence(acc)\n    acc[0] = 1.0\n")
+    with pytest.raises(EmulatorError, match="reads register 'acc' at index 0 as its accumulators, which .* wrote "
+                                            "by an ordinary instruction with no wgmma.fence after it"):
+        _run_64(src)
+

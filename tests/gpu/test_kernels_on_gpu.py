@@ -2,8 +2,8 @@
 the device to the same answers. Each rule-scheduled operator, every config of the
 tensor-core spaces (float16, bfloat16, tf32, and Hopper's wgmma) on odd shapes and both
 factor layouts, odd
-products through rows padded to 16 bytes, linears split along K, fused attention, and the
-16-byte elementwise kernels. Each case runs through :func:`launch`, which
+products through rows padded to 16 bytes, linears split along K, fused attention, the
+16-byte elementwise kernels, and a transformer's row kernels in 16 bits against the emulator. Each case runs through :func:`launch`, which
 takes ``device="emulator"`` too, so the harness itself is checked without a GPU."""
 from __future__ import annotations
 
@@ -196,3 +196,41 @@ def test_sixteen_byte_elementwise_kernels(dtype, device="cuda"):
     got = torch.as_tensor(got[0] if isinstance(got, (list, tuple)) else got).cpu().float()
     want = torch.nn.functional.gelu((xs[0] + xs[1]).float())
     torch.testing.assert_close(got, want, rtol=2e-3 if dtype == "float16" else 1e-5, atol=2e-3)
+
+
+def _row_kernels(dtype: str) -> tuple[Graph, list[np.ndarray]]:
+    """A transformer's kernels that are not products, in 16 bits at BERT-base's sizes: the
+    embeddings summed and layer-normed, a masked softmax over 12 heads, a bias and GELU
+    (weights are inputs too: a bfloat16 constant has no numpy array)."""
+    shapes = {"ids": (1, 128), "table": (1000, 768), "pos": (128, 768), "gamma": (768,), "beta": (768,),
+              "scores": (1, 12, 128, 128), "mask": (1, 1, 1, 128), "x": (1, 128, 3072), "bias": (3072,)}
+    t = {n: input(shape, "int64" if n == "ids" else dtype, name=n) for n, shape in shapes.items()}
+    normed = ops.layer_norm(ops.embedding(t["ids"], t["table"]) + t["pos"], (768,), t["gamma"], t["beta"], eps=1e-12)
+    probs = ops.softmax(t["scores"] * 0.125 + t["mask"], axis=-1)
+    graph = Graph(list(t.values()), [normed, probs, ops.gelu(t["x"] + t["bias"])])
+    feeds = {n: rng.standard_normal(shape).astype(np.float32) for n, shape in shapes.items()}
+    feeds["ids"] = rng.integers(0, 1000, (1, 128)).astype(np.int64)
+    feeds["scores"] *= 4
+    feeds["mask"] = np.where(rng.random((1, 1, 1, 128)) < 0.2, -1e4, 0.0).astype(np.float32)
+    return graph, list(feeds.values())
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_transformer_s_row_kernels_in_16_bits_match_the_emulator(dtype, device="cuda"):
+    # these kernels had run on the GPU in float32 only; the same library runs on the device and
+    # in the emulator, whose answers must agree (up to the last bit of exp, erf and rsqrt)
+    target, where = on(device)
+    graph, feeds = _row_kernels(dtype)
+    tdtype = getattr(torch, dtype)
+    ins = [torch.from_numpy(f) if k == 0 else torch.from_numpy(f).to(tdtype) for k, f in enumerate(feeds)]
+    compiled = taskloom.compile(graph, target=target, device=device)
+    emulated = taskloom.compile(graph, target=target, device="emulator")
+    got = compiled(*[t.to(where) for t in ins])
+    want = emulated(*ins)
+    ids, table, pos, gamma, beta, scores, mask, x, bias = (t.float() for t in ins)
+    F = torch.nn.functional
+    exact = (F.layer_norm(table[ins[0]] + pos, (768,), gamma, beta, eps=1e-12),
+             torch.softmax(scores * 0.125 + mask, dim=-1), F.gelu(x + bias))
+    for g, w, e in zip(got, want, exact):
+        torch.testing.assert_close(torch.as_tensor(g).cpu().float(), torch.as_tensor(w).float(), rtol=2e-2, atol=2e-2)
+        torch.testing.assert_close(torch.as_tensor(w).float(), e, rtol=5e-2, atol=5e-2)

@@ -8,6 +8,7 @@ nothing measured.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import warnings
@@ -107,6 +108,10 @@ def schedule_kernel(task: Task, target: Target, name: str | None = None, tune: i
 
 #: The largest size a symbolic kernel's config is chosen for (each of Bt, M, N, K).
 LARGEST_SAMPLE = 4096
+#: A variant serving a sample point of at most this many tiles of rows gets a micro-kernel
+#: for each count of last rows (``MatmulConfig.exact_rows``): below it, a full last tile's
+#: dropped rows cost 6% or more of the FMAs on average; above it, the code is not worth it.
+FEW_ROWS_TILES = 8
 
 
 def schedule_variants(task: Task, target: Target, points: Sequence[Mapping[str, int]], name: str,
@@ -145,6 +150,9 @@ def schedule_variants(task: Task, target: Target, points: Sequence[Mapping[str, 
         def loss(nv: int) -> float:
             return sum(math.log(cost(k, c) / cost(k, best)) for k, (c, best) in enumerate(zip(at_width(nv), configs)))
         kept, table = choose_variants(at_width(min(sorted({c.nv for c in configs}), key=loss)), cost)
+    if not isinstance(t.con.shape[1], int):  # a variant serving a few rows computes none past M
+        few = {table[k] for k, s in enumerate(shapes) if s[1] <= FEW_ROWS_TILES * kept[table[k]].mr}
+        kept = [dataclasses.replace(c, exact_rows=True) if v in few and c.mr > 1 else c for v, c in enumerate(kept)]
     return [found.build(c, name if k == 0 else f"{name}_v{k}") for k, c in enumerate(kept)], table
 
 

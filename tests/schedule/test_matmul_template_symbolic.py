@@ -1,6 +1,8 @@
 """The x86 matmul template with symbolic sizes: one kernel, every size, against numpy."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -37,14 +39,18 @@ def check(fn, shape, config, target, prepacked_b=0):
 @pytest.mark.parametrize("target", [HOST, AVX2], ids=["host", "avx2"])
 @pytest.mark.parametrize("a_stride", [None, 0], ids=["A-in-place", "A-packed"])
 def test_symbolic_rows_take_every_size(target, a_stride):
-    """A linear layer's kernel: rows symbolic, B a prepacked weight; the last tile of rows is
-    a full one (rows past M clamped, never stored), read in place or packed."""
+    """A linear layer's kernel: rows symbolic, B a prepacked weight, A read in place or
+    packed; the last tile of rows is a full one (rows past M clamped, never stored) or, with
+    ``exact_rows``, one of each count of rows a call may leave, which computes none past M."""
     lanes = target.vector_lanes(taskloom.ir.f32)
-    config = MatmulConfig(5, 2, 4 * lanes, 10, 4 * lanes, target.num_cores, 1)
-    fn, program = kernel((1, M, 3 * lanes + 5, 40), config, target, prepacked_b=1, a_stride=a_stride)
-    assert program.attr("packs_a") == (a_stride == 0)
-    for rows in (1, 4, 5, 6, 23, 64):
-        check(fn, (1, rows, 3 * lanes + 5, 40), config, target, prepacked_b=1)
+    for exact in (False, True):
+        config = MatmulConfig(6, 2, 4 * lanes, 12, 4 * lanes, target.num_cores, 1, exact_rows=exact)
+        fn, program = kernel((1, M, 3 * lanes + 5, 40), config, target, prepacked_b=1, a_stride=a_stride)
+        assert program.attr("packs_a") == (a_stride == 0)
+        tiles = re.findall(r"acc = register_tensor\(f32x\d+, \[(\d+), 2\]\)", str(program))
+        assert sorted(set(map(int, tiles))) == ([1, 2, 3, 4, 5, 6] if exact else [6])
+        for rows in (1, 2, 3, 5, 6, 7, 8, 13, 23, 64):
+            check(fn, (1, rows, 3 * lanes + 5, 40), config, target, prepacked_b=1)
 
 
 @pytest.mark.parametrize("target", [HOST, AVX2], ids=["host", "avx2"])

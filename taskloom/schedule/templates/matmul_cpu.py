@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from collections import namedtuple
 from dataclasses import asdict, dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from taskloom.errors import ScheduleError
 from taskloom.ir import cdiv, f32, vec
@@ -63,7 +63,10 @@ class MatmulConfig:
     """One point of the schedule space.
 
     ``mr`` x ``nv`` vectors is the register tile; ``kc``, ``mc``, ``nc`` are the K, M and N
-    blocks; ``pm`` x ``pn`` cores split the rows and columns of C.
+    blocks; ``pm`` x ``pn`` cores split the rows and columns of C. ``exact_rows`` matters
+    where M is symbolic: the last tile of rows gets a micro-kernel for each count of rows a
+    call may leave, instead of one full tile whose extra rows are computed and dropped (what
+    a variant serving a few rows needs; the others save the code).
     """
 
     mr: int
@@ -73,17 +76,22 @@ class MatmulConfig:
     nc: int
     pm: int
     pn: int
+    exact_rows: bool = False
 
     def to_dict(self) -> dict[str, int]:
-        return asdict(self)
+        d = asdict(self)
+        if not self.exact_rows:
+            del d["exact_rows"]
+        return d
 
     @staticmethod
     def from_dict(d: dict) -> "MatmulConfig":
-        return MatmulConfig(**{k: int(d[k]) for k in ("mr", "nv", "kc", "mc", "nc", "pm", "pn")})
+        return MatmulConfig(**{k: int(d[k]) for k in ("mr", "nv", "kc", "mc", "nc", "pm", "pn")},
+                            exact_rows=bool(d.get("exact_rows", False)))
 
     def __str__(self) -> str:
         return (f"tile {self.mr}x{self.nv}v, kc={self.kc} mc={self.mc} nc={self.nc}, "
-                f"cores {self.pm}x{self.pn}")
+                f"cores {self.pm}x{self.pn}" + (", exact last rows" if self.exact_rows else ""))
 
 
 #: fp32 elements in a cache line (64 bytes on every x86 target taskloom builds for)
@@ -176,10 +184,11 @@ def matmul_program(shape: tuple, config: MatmulConfig, target: CpuTarget,
     decides whether the micro-kernel reads A in place (:func:`reads_a_in_place`).
 
     Sizes may be expressions of symbols (one kernel for every batch or sequence length):
-    the bands are then computed at run time on the config's own core grid, every tile at
-    the last rows is a full one whose rows past M repeat row M - 1 (never stored), and
-    every store is masked at N. (A graph compiler builds such a kernel with the configs
-    chosen for several sizes and picks one per call.)
+    the bands are then computed at run time on the config's own core grid, the last tile of
+    rows is a full one, its rows past M computed and dropped, or with the config's
+    ``exact_rows`` one for each count of rows a call may leave; every store is masked at N.
+    (A graph compiler builds such a kernel with the configs chosen for several sizes and
+    picks one per call.)
 
     >>> fn = matmul_program((1, 100, 70, 33), default_config(...), host_target())
     """
@@ -234,12 +243,26 @@ class _Plan:
         return (cdiv(self.BAND_M, self.MR) * (self.NC // self.NR), self.MR * self.NR)
 
     @property
-    def M_EDGES(self) -> tuple[bool, ...]:
+    def M_EDGES(self) -> tuple[int, ...]:
+        """The kinds of tile along M: 0 a full one of ``MR`` rows, ``r`` one of the last ``r``
+        rows. A static M has at most one edge kind. A symbolic M has, with ``exact_rows``, every
+        ``r`` below ``MR``, the one for a call's last rows chosen at run time (with 8-row tiles,
+        21 rows would otherwise cost 24 rows' FMAs; tiles of the count's binary digits, 4 and
+        1, cost a pass over B each, which a few rows feel); without, only full tiles, the last
+        one's rows past M reading row M - 1 (never stored)."""
         if not isinstance(self.M, int):
-            # the tile at a symbolic M's last rows is a full one; packed A already repeats row
-            # M - 1 past M, so only A read in place needs a kind of its own, its reads clamped
-            return (False,) if self.PACK_A else (False, True)
-        return (False, True) if self.M % self.MR else (False,)
+            if self.config.exact_rows:
+                return (0, *range(1, self.MR))
+            # packed A already repeats row M - 1 past M; A read in place needs a full last
+            # tile of its own, its reads clamped (CLAMP_ROWS)
+            return (0,) if self.PACK_A else (0, self.MR)
+        return (0, self.M % self.MR) if self.M % self.MR else (0,)
+
+    @property
+    def CLAMP_ROWS(self) -> bool:
+        """Whether the last tile of rows reads A's rows clamped to M - 1 (a full tile at a
+        symbolic M's end, A read in place)."""
+        return not isinstance(self.M, int) and not self.config.exact_rows and not self.PACK_A
 
     @property
     def N_EDGES(self) -> tuple[bool, ...]:
@@ -248,15 +271,13 @@ class _Plan:
         return (False, True) if 0 < cdiv(self.N % self.NR, self.L) < self.NV else (False,)
 
     @property
-    def TILES(self) -> list[tuple[int, int, bool, bool]]:
+    def TILES(self) -> list[tuple[int, int, int, bool]]:
         """``(rows, vectors, m_edge, n_edge)`` of each kind of register tile: C's last row and
         column of tiles may be partial, and each gets a micro-kernel only as large as its real
         rows and vectors (at 512 x 512, 8 x 3 tiles would spend 3% of their FMAs on the zero
         columns of the last panel)."""
-        m_part = self.M % self.MR if isinstance(self.M, int) else self.MR  # symbolic: a full, clamped tile
         nv_part = cdiv(self.N % self.NR, self.L) if isinstance(self.N, int) else self.NV
-        return [(m_part if me else self.MR, nv_part if ne else self.NV, me, ne)
-                for me in self.M_EDGES for ne in self.N_EDGES]
+        return [(me or self.MR, nv_part if ne else self.NV, me, ne) for me in self.M_EDGES for ne in self.N_EDGES]
 
 
 def _plan(shape: tuple, config: MatmulConfig, target: CpuTarget, prepacked_b: int,
@@ -409,6 +430,8 @@ def _panels(p: _Plan, at: _Block) -> S.Stmt:
     :func:`_tile` of its kind, and with ``PF`` asks for the chunk of B read after this one."""
     M, N, K, KC, KB, MR, NR, BAND_M, NC, TILES, PF = (p.M, p.N, p.K, p.KC, p.KB, p.MR, p.NR, p.BAND_M,
                                                       p.NC, p.TILES, p.PF)
+    EXACT = not isinstance(M, int) and p.config.exact_rows
+    WHOLE, PART = [t for t in TILES if not t[2]], [t for t in TILES if t[2]]
     m_lo, m0, mm, n0, nn, n_hi, kb, k0, kn = at.m_lo, at.m0, at.mm, at.n0, at.nn, at.n_hi, at.kb, at.k0, at.kn
 
     @_phase
@@ -423,21 +446,39 @@ def _panels(p: _Plan, at: _Block) -> S.Stmt:
                 pf_rows = kn if not pf_last else min(KC, K) if pf_next_n else \
                     (min(KC, K - k0 - KC) if kb + 1 < KB else 0)
                 pf_lines = cdiv(pf_rows * NR, LINE_FLOATS)
-            for ir in range(cdiv(mm, MR)):
-                tile = jr * cdiv(BAND_M, MR) + (m0 - m_lo) // MR + ir  # its row of Cb
-                for tmr, tnv, m_edge, n_edge in TILES:
-                    if _tile_case(p, m0 + ir * MR + MR > M, n0 + jr * NR + NR > N, m_edge, n_edge):
-                        _tile(p, at, jr, ir, tile, (pf_panel, pf_row, pf_lines) if PF else None,
-                              tmr, tnv, m_edge or n_edge, m_edge and not isinstance(M, int))
+            pfs = (pf_panel, pf_row, pf_lines) if PF else None
+            at_n_edge = n0 + jr * NR + NR > N
+            if EXACT:
+                for ir in range(mm // MR):  # the whole tiles, with no test of rows
+                    for tmr, tnv, m_edge, n_edge in WHOLE:
+                        if _tile_case(p, True, at_n_edge, n_edge):
+                            _tile(p, at, jr, ir, jr * cdiv(BAND_M, MR) + (m0 - m_lo) // MR + ir, pfs, tmr, tnv,
+                                  n_edge)
+                "the block's last rows, fewer than a tile: the tile of their count"
+                for tmr, tnv, m_edge, n_edge in PART:
+                    if _tile_case(p, E.eq(mm % MR, m_edge), at_n_edge, n_edge):
+                        _tile(p, at, jr, mm // MR, jr * cdiv(BAND_M, MR) + (m0 - m_lo) // MR + mm // MR, pfs,
+                              tmr, tnv, True)
+            else:
+                for ir in range(cdiv(mm, MR)):
+                    tile = jr * cdiv(BAND_M, MR) + (m0 - m_lo) // MR + ir  # its row of Cb
+                    at_m_edge = m0 + ir * MR + MR > M
+                    for tmr, tnv, m_edge, n_edge in TILES:
+                        if _tile_case(p, _edge_case(p.M_EDGES, at_m_edge, m_edge), at_n_edge, n_edge):
+                            _tile(p, at, jr, ir, tile, pfs, tmr, tnv, bool(m_edge) or n_edge,
+                                  bool(m_edge) and p.CLAMP_ROWS)
     return panels
 
 
-def _tile_case(p: _Plan, at_m_edge: E.Expr, at_n_edge: E.Expr, m_edge: bool, n_edge: bool) -> E.Expr | bool:
-    """Whether the tile at hand is the ``TILES`` entry for ``(m_edge, n_edge)``."""
-    conds = [here if edge else E.logical_not(here)
-             for here, edge, edges in ((at_m_edge, m_edge, p.M_EDGES), (at_n_edge, n_edge, p.N_EDGES))
-             if len(edges) > 1]
-    return E.logical_and(*conds) if conds else True
+def _edge_case(edges: tuple, at_edge: E.Expr, edge: Any) -> E.Expr | bool:
+    """Whether a tile is of kind ``edge`` (true or not) among ``edges``, ``at_edge`` saying where it is."""
+    return True if len(edges) == 1 else at_edge if edge else E.logical_not(at_edge)
+
+
+def _tile_case(p: _Plan, m_case: E.Expr | bool, at_n_edge: E.Expr, n_edge: bool) -> E.Expr | bool:
+    """Whether the tile at hand is the ``TILES`` entry for ``n_edge`` whose rows ``m_case`` holds for."""
+    conds = [c for c in (m_case, _edge_case(p.N_EDGES, at_n_edge, n_edge)) if c is not True]
+    return E.logical_and(*conds) if len(conds) > 1 else conds[0] if conds else True
 
 
 def _tile(p: _Plan, at: _Block, jr: E.Expr, ir: E.Expr, tile: E.Expr, pf: tuple | None,

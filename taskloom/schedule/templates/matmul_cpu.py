@@ -536,11 +536,12 @@ def _micro_kernel(p: _Plan, at: _Block, jr: E.Expr, ir: E.Expr, pf: tuple | None
                 _prefetch_b(p, at, ir, k, pf)
             "one broadcast of A lives at a time: MR x NV + NV + 1 registers"
             for i in unroll(tmr):
-                if PACK_A:
-                    a = broadcast(Ap[ir * MR + i, k], L)
+                if PACK_A:  # (the row in 64 bits: each row's offset folds into the load's
+                    # displacement rather than taking a register of its own)
+                    a = broadcast(Ap[cast(ir * MR, i64) + i, k], L)
                 elif clamp_rows:  # rows past a symbolic M read row M - 1 (never stored)
                     a = broadcast(A[b, min(m0 + ir * MR + i, M - 1), k0 + k], L)
-                else:  # a tile's rows of A, read where they lie
+                else:  # a tile's rows of A, read where they lie (fusion may read them computed)
                     a = broadcast(A[b, m0 + ir * MR + i, k0 + k], L)
                 for v in unroll(tnv):
                     acc[i, v] = fma(a, bv[v], acc[i, v])

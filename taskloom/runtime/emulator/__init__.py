@@ -7,10 +7,12 @@ code generator prints, vectorized across threads with numpy, checked and counted
 A value is an array over the threads of a batch of blocks; control flow is a mask; shared
 memory is an array per block, registers an array per thread; a barrier is a lockstep
 point; warp primitives act on groups of 32 lanes; ``ldmatrix`` and ``mma.sync`` follow the
-PTX ISA's fragment layouts lane by lane. With ``check=True`` out-of-bounds accesses,
-barriers and warp collectives under divergence, shared-memory races within a barrier
-interval, and global elements two blocks of a launch meet on (one writing) raise
-:class:`EmulatorError` naming the kernel, buffer, index, thread and block.
+PTX ISA's fragment layouts lane by lane. Fresh shared memory, registers and uninitialized
+variables hold garbage (0xFF bytes), as on the device. With ``check=True`` out-of-bounds
+accesses, barriers and warp collectives under divergence, shared-memory races within a
+barrier interval, global elements two blocks of a launch meet on (one writing), and a wgmma
+reading what no proxy or wgmma fence made visible to it raise :class:`EmulatorError`
+naming the kernel, buffer, index, thread and block.
 """
 from taskloom.runtime.emulator.checks import DivergenceError, EmulatorError, OutOfBoundsError, RaceError
 from taskloom.runtime.emulator.counters import INSTRUCTION_CLASSES, Counters

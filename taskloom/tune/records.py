@@ -77,8 +77,7 @@ def _matmul_problem(config: dict[str, Any], target: str) -> str | None:
     from taskloom.errors import TargetError
     from taskloom.schedule.templates.matmul_cpu import MatmulConfig
     from taskloom.target.cpu import target_of_key
-    # (exact_rows shapes only a kernel for symbolic rows, which is never timed or recorded)
-    fields = [f.name for f in dataclasses.fields(MatmulConfig) if f.name != "exact_rows"]
+    fields = list(MatmulConfig.SIZES)
     missing, unknown = [f for f in fields if f not in config], sorted(set(config) - set(fields))
     if missing or unknown:
         return (f"a matmul config has exactly the fields {', '.join(fields)}"

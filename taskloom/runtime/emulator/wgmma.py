@@ -122,12 +122,11 @@ def issue(st: Machine, d: tuple, a: tuple, b: tuple, n: int, majors: tuple[str, 
                                        "the threads of a warpgroup")
     ai = _elements(st, abuf, st.full(aidx)[lead], operand_bytes(64, majors[0], a_lbo, a_sbo), "A")
     bi = _elements(st, bbuf, st.full(bidx)[lead], operand_bytes(n, majors[1], b_lbo, b_sbo), "B")
-    dbuf, didx = d
+    dbuf, didx = d[0], np.array(st.full(d[1]))
     akeys, bkeys = _keys(st, abuf, ai, lead, "A"), _keys(st, bbuf, bi, lead, "B")
     if st.proxies is not None:
-        _check_fences(st, (abuf, akeys), (bbuf, bkeys), (dbuf, st.full(didx)), lead, n)
-    state.pending.append(_Op(groups, state.committed[groups], lead, (abuf, akeys), (bbuf, bkeys),
-                             (dbuf, np.array(st.full(didx))), n))
+        _check_fences(st, (abuf, akeys), (bbuf, bkeys), (dbuf, didx), lead, n)
+    state.pending.append(_Op(groups, state.committed[groups], lead, (abuf, akeys), (bbuf, bkeys), (dbuf, didx), n))
 
 
 def _check_fences(st: Machine, a: tuple, b: tuple, d: tuple, lead: np.ndarray, n: int) -> None:

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from collections import namedtuple
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 from taskloom.errors import ScheduleError
 from taskloom.ir import cdiv, f32, vec
@@ -78,6 +78,10 @@ class MatmulConfig:
     pn: int
     exact_rows: bool = False
 
+    #: the fields a record holds (exact_rows shapes only a kernel for symbolic rows, which is
+    #: never timed or recorded)
+    SIZES: ClassVar[tuple[str, ...]] = ("mr", "nv", "kc", "mc", "nc", "pm", "pn")
+
     def to_dict(self) -> dict[str, int]:
         d = asdict(self)
         if not self.exact_rows:
@@ -86,7 +90,7 @@ class MatmulConfig:
 
     @staticmethod
     def from_dict(d: dict) -> "MatmulConfig":
-        return MatmulConfig(**{k: int(d[k]) for k in ("mr", "nv", "kc", "mc", "nc", "pm", "pn")},
+        return MatmulConfig(**{k: int(d[k]) for k in MatmulConfig.SIZES},
                             exact_rows=bool(d.get("exact_rows", False)))
 
     def __str__(self) -> str:
@@ -448,24 +452,22 @@ def _panels(p: _Plan, at: _Block) -> S.Stmt:
                 pf_lines = cdiv(pf_rows * NR, LINE_FLOATS)
             pfs = (pf_panel, pf_row, pf_lines) if PF else None
             at_n_edge = n0 + jr * NR + NR > N
+            tiles0 = jr * cdiv(BAND_M, MR) + (m0 - m_lo) // MR  # the row of Cb of the block's first tile
             if EXACT:
                 for ir in range(mm // MR):  # the whole tiles, with no test of rows
                     for tmr, tnv, m_edge, n_edge in WHOLE:
                         if _tile_case(p, True, at_n_edge, n_edge):
-                            _tile(p, at, jr, ir, jr * cdiv(BAND_M, MR) + (m0 - m_lo) // MR + ir, pfs, tmr, tnv,
-                                  n_edge)
+                            _tile(p, at, jr, ir, tiles0 + ir, pfs, tmr, tnv, n_edge)
                 "the block's last rows, fewer than a tile: the tile of their count"
                 for tmr, tnv, m_edge, n_edge in PART:
                     if _tile_case(p, E.eq(mm % MR, m_edge), at_n_edge, n_edge):
-                        _tile(p, at, jr, mm // MR, jr * cdiv(BAND_M, MR) + (m0 - m_lo) // MR + mm // MR, pfs,
-                              tmr, tnv, True)
+                        _tile(p, at, jr, mm // MR, tiles0 + mm // MR, pfs, tmr, tnv, True)
             else:
                 for ir in range(cdiv(mm, MR)):
-                    tile = jr * cdiv(BAND_M, MR) + (m0 - m_lo) // MR + ir  # its row of Cb
                     at_m_edge = m0 + ir * MR + MR > M
                     for tmr, tnv, m_edge, n_edge in TILES:
                         if _tile_case(p, _edge_case(p.M_EDGES, at_m_edge, m_edge), at_n_edge, n_edge):
-                            _tile(p, at, jr, ir, tile, pfs, tmr, tnv, bool(m_edge) or n_edge,
+                            _tile(p, at, jr, ir, tiles0 + ir, pfs, tmr, tnv, bool(m_edge) or n_edge,
                                   bool(m_edge) and p.CLAMP_ROWS)
     return panels
 

@@ -186,3 +186,34 @@ def test_the_template_s_proxy_fence_is_what_makes_cp_async_tiles_visible():
     module = taskloom.build(bare, target=SM90A, device="emulator")
     with pytest.raises(EmulatorError, match="no fence.proxy.async after it"):
         module["mm"](half(64, 128), *[t.numpy() for t in group.inputs[1:]], np.zeros((64, 64), np.float16))
+
+
+def test_a_producer_s_slot_is_freed_only_once_its_consumers_wgmmas_are_all_done():
+    # the consumers freeing the step before's slot with this step's wgmmas in flight (waiting
+    # for all but one group) computed wrong on an H200; the emulator refuses it, the template
+    # as built waits for all of them
+    import dataclasses as dc
+    from taskloom.ir import gpu
+    from taskloom.ir.functor import Rewriter
+    from taskloom.runtime.emulator import EmulatorError
+
+    class WaitForOlderOnly(Rewriter):
+        def visit_WarpSpecialized(self, node):
+            step = node.consumer_step
+            relaxed = type(step)([dc.replace(s, pending=1) if isinstance(s, gpu.WgmmaWait) else s
+                                  for s in step.stmts])
+            return dc.replace(node, consumer_step=relaxed)
+
+    a, w = half(64, 64 * 7), half(64 * 7, 64)  # 7 steps through 3 slots: each slot used again
+    ai = input(a.shape, "float16", name="a")
+    [group] = fuse_graph(Graph([ai], [ops.matmul(ai, taskloom.asarray(w))]))
+    fn = wgmma_kernel(match_contraction(group.task, (float16,)), SMALL[4], "mm")
+    for kernel, fails in ((fn, False), (WaitForOlderOnly().visit(fn), True)):
+        module = taskloom.build(kernel, target=SM90A, device="emulator")
+        out = np.zeros((64, 64), np.float16)
+        if fails:
+            with pytest.raises(EmulatorError, match="wgmmas are in flight"):
+                module["mm"](a, w, out)
+        else:
+            module["mm"](a, w, out)
+            np.testing.assert_allclose(f32(out), f32(a) @ f32(w), rtol=2e-3, atol=5e-2)

@@ -23,7 +23,7 @@ import numpy as np
 from taskloom.ir.gpu import SWIZZLE_ALIGN, TensorMap, map_extent
 from taskloom.runtime.emulator import checks, memory, proxies
 from taskloom.runtime.emulator.machine import Machine, Mask
-from taskloom.runtime.emulator.wgmma import check_writes, swizzle128
+from taskloom.runtime.emulator.wgmma import check_release, check_writes, swizzle128
 
 
 @dataclass
@@ -92,7 +92,9 @@ def expect_tx(st: Machine, buf: memory.Buffer, idx: np.ndarray, nbytes: int, mas
 
 
 def arrive(st: Machine, buf: memory.Buffer, idx: np.ndarray, mask: Mask) -> None:
-    """``mbarrier.arrive`` by each active lane."""
+    """``mbarrier.arrive`` by each active lane (none with its warpgroup's wgmmas in flight)."""
+    if st.check:
+        check_release(st, np.nonzero(mask.m)[0], buf.name)
     for lane, key in _keys(st, buf, idx, mask, "mbarrier_arrive"):
         b = _barrier(st, key, lane, "arrives on")
         b.pending -= 1

@@ -174,6 +174,25 @@ def wait(st: Machine, pending: int, mask: Mask) -> None:
     state.pending = keep
 
 
+def check_release(st: Machine, lanes: np.ndarray, barrier: str) -> None:
+    """An ``mbarrier.arrive`` (a slot handed back to its producer) by a thread whose
+    warpgroup has wgmmas in flight is an error. The PTX ISA lets a slot go once the wgmmas
+    reading it are waited for, but on an H200 a producer's copies into a slot freed while
+    the warpgroup's newer wgmmas ran computed wrong results, where waiting for all of them
+    first computed right (bench/results/2026-11-28-h200-run.md)."""
+    state = st.wgmmas
+    if state is None or not state.pending:
+        return
+    busy = np.zeros(len(state.committed), dtype=bool)
+    for op in state.pending:
+        busy[op.groups] = True
+    hit = busy[lanes // GROUP]
+    if hit.any():
+        raise checks.RaceError(
+            f"kernel '{st.kernel}': {st.thread(int(lanes[np.argmax(hit)]))} arrives on mbarrier '{barrier}' while "
+            "its warpgroup's wgmmas are in flight: wait for all of them (wgmma.wait_group 0) before freeing a slot")
+
+
 def check_writes(st: Machine, buf: memory.Buffer, keys: np.ndarray, lanes: np.ndarray) -> None:
     """A write of shared ``keys`` (by ``lanes``, one each) while a wgmma in flight reads
     them is an error: the device may read either value (a store, or a ``cp.async`` that may

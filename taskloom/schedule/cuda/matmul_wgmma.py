@@ -35,9 +35,13 @@ warpgroups ..``, in wgmmas of 64 rows by ``block_n`` (m64n{block_n}k16, four a s
 4. **a producer warpgroup** (``specialized``, both factors by TMA): one more warpgroup
    gives its registers up (``setmaxnreg``) and its first thread fills the slots as fast
    as they are freed, each slot's *full* mbarrier taking the bytes; the consumer
-   warpgroups take the registers, wait for a slot to be full, issue its wgmmas, and once
-   the step before's wgmmas are done arrive on that step's *free* mbarrier. No barrier
-   is passed in the loop: the roles meet at the mbarriers only.
+   warpgroups take the registers, wait for a slot to be full, issue its wgmmas, wait for
+   all of them (``wgmma.wait_group 0``), and arrive on the step before's *free* mbarrier.
+   Freeing a slot with this step's wgmmas still in flight, as soon as ``wait_group 1``
+   says the step before's are done, computed wrong results on an H200 (though the PTX ISA
+   allows it; bench/results/2026-11-28-h200-run.md), so a slot is freed only once the
+   wgmmas of the step after it are done too. No barrier is passed in the loop: the roles
+   meet at the mbarriers only.
 5. **store**: as the ``mma.sync`` template's, each 16-row strip of a warp's accumulators
    laid out as m16n8 fragments (the wgmma accumulator layout is that, stacked).
 """
@@ -265,7 +269,7 @@ class _WgmmaKernel(_Kernel):
     def _specialized(self, steps: int) -> S.Stmt:
         """The pipeline with roles: the producer warpgroup's first thread waits for a slot to
         be free and fills it by TMA, as far ahead as the slots allow; the consumers wait for
-        a slot to be full, issue its wgmmas, and once the step before's are done free its slot."""
+        a slot to be full, issue its wgmmas, wait for them, and free the step before's slot."""
         c, [k] = self.c, self._vars("k")
         slot, use = k % c.stages, k // c.stages
         bar = lambda v, i: E.TensorElement(v, (i,))  # noqa: E731
@@ -279,7 +283,7 @@ class _WgmmaKernel(_Kernel):
                 # a slot's first use waits for nothing: the phase before a barrier's first counts as done
                 gpu.MbarrierWait(bar(self.free, slot), (use + 1) % 2), self._tma(slot, k),
                 gpu.MbarrierWait(bar(self.bars, slot), use % 2),
-                S.seq([self._multiply(slot), gpu.WgmmaWait(self.acc, 1), free_last]),
+                S.seq([self._multiply(slot), gpu.WgmmaWait(self.acc, 0), free_last]),
                 # the accumulators live in the consumers' branch alone (the producers keep 40 registers)
                 self._zero(), S.seq([gpu.WgmmaWait(self.acc, 0), self._store()]))])
 

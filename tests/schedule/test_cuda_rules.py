@@ -2,6 +2,7 @@
 builds and the SIMT emulator runs to numpy's answer, on odd shapes."""
 from __future__ import annotations
 
+import os
 import shutil
 
 import numpy as np
@@ -110,6 +111,22 @@ def test_row_reductions_take_a_warp_or_a_block_a_row(name):
     graph = next(g for n, g, _ in CASES if n == name)
     [group] = fuse_graph(graph)
     assert ROWS[name] in schedule_task_cuda(group.task, A100).attr("doc")
+
+
+def test_a_row_kernel_s_text_is_the_same_every_compile():
+    # the kernel's text is its build's cache key: a BERT embedding layer norm (three inputs
+    # held in registers) must print the same in every process, whatever its string hashes
+    import subprocess
+    import sys
+    script = ("from taskloom import ops; from taskloom.graph import Graph, input; "
+              "from taskloom.graph.fusion import fuse_graph; from taskloom.ir.printer import function_text; "
+              "from taskloom.schedule.cuda import schedule_task_cuda; from taskloom.target import CudaTarget; "
+              "x, y, z = (input((16, 768), name=n) for n in 'xyz'); "
+              "[g] = fuse_graph(Graph([x, y, z], [ops.layer_norm(ops.add(ops.add(x, y), z), (768,))])); "
+              "print(function_text(schedule_task_cuda(g.task, CudaTarget.from_arch('sm_80'))))")
+    texts = {subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                            env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in range(4)}
+    assert len(texts) == 1
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")

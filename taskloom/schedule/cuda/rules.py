@@ -213,8 +213,10 @@ def _stage_row(body: list[S.Stmt], names: NameGen, threads: int, lane: E.Var, le
     e = E.Var(names.fresh("e"), index_type)
     seen: dict[E.Expr, int] = {}
     for loop, k in loops:
-        reads = {substitute(x, {k: e}) for x in collect(loop.body, E.TensorElement)
-                 if x.tensor is not out and k in E.free_vars(x)}  # type: ignore[attr-defined]
+        # (in the order read, not a set's: the kernel's text, and so its cache key, must not
+        # change from one compile to the next)
+        reads = dict.fromkeys(substitute(x, {k: e}) for x in collect(loop.body, E.TensorElement)
+                              if x.tensor is not out and k in E.free_vars(x))  # type: ignore[attr-defined]
         for x in reads:
             seen[x] = seen.get(x, 0) + 1
     # (read at the top of the row: an index must not depend on what the row computes)

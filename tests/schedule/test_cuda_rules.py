@@ -36,6 +36,9 @@ def graphs():
     yield "layer_norm_block_rows", Graph([long], [ops.layer_norm(long, (1500,))]), \
         lambda xs: (xs[0] - xs[0].mean(-1, keepdims=True)) / np.sqrt(xs[0].var(-1, keepdims=True) + 1e-5)
     yield "max_last_axis", Graph([x], [ops.max(x, axis=-1)]), lambda xs: xs[0].max(axis=-1)
+    image = input((2, 3, 9, 11), name="image")
+    yield "avg_pool_3x3", Graph([image], [ops.avg_pool2d(image, 3, stride=1, padding=1)]), \
+        lambda xs: _avg_pool_3x3(xs[0])
     table = input((7, 5), name="table")
     yield "embedding", Graph([table], [ops.embedding(taskloom.asarray(IDS), table, wrap=True)]), \
         lambda xs: xs[0][IDS]
@@ -51,6 +54,12 @@ def _scatter_add(table, ids):
     out = table.copy()
     np.add.at(out, ids, 1.0)
     return out
+
+
+def _avg_pool_3x3(v):
+    """3x3 average, stride 1, zero padding 1 counted (torch's default count_include_pad)."""
+    p = np.pad(v, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    return sum(p[:, :, i:i + v.shape[2], j:j + v.shape[3]] for i in range(3) for j in range(3)) / 9
 
 
 def _gelu(v):
@@ -103,7 +112,8 @@ def test_a_bad_index_in_the_emulator_is_reported_as_on_the_device():
 
 
 ROWS = {"softmax": "a warp a row", "layer_norm_block_rows": "a block a row", "max_last_axis": "a warp a row",
-        "matmul_relu": "a thread an element", "bias_gelu": "a thread an element"}
+        "matmul_relu": "a thread an element", "bias_gelu": "a thread an element",
+        "avg_pool_3x3": "a thread an element"}  # a window of 9: too short for a warp to share
 
 
 @pytest.mark.parametrize("name", sorted(ROWS))

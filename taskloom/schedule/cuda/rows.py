@@ -30,6 +30,9 @@ from taskloom.transforms.names import NameGen
 
 #: The longest reduction a warp takes alone; past it a block of 256 threads shares a row.
 WARP_ROW_MAX = 1024
+#: The fewest elements a reduction of one output element needs for a warp to share it: one
+#: a lane (a 3x3 pooling window would leave 23 lanes idle and shuffle for the rest)
+SHARED_MIN = 32
 #: Threads a block: eight warps, enough to hide memory latency with several blocks an SM.
 BLOCK = 256
 _COMBINE = {"sum": "add", "mean": "add", "max": "max", "min": "min", "prod": "mul"}
@@ -46,8 +49,9 @@ def row_axes(value: E.Expr, axes: tuple[E.Var, ...]) -> int | None:
     ``len(axes) - 1`` when every reduction depends only on the leading axes (softmax,
     layer_norm: a row of elements shares them); ``len(axes)`` when the reductions depend on
     every axis but read one tensor (a sum over the last axis: an element is a row of one,
-    and a warp shares its reduction); None otherwise (a contraction reads two tensors along
-    its reduction, and waits for its template)."""
+    and a warp shares its reduction) and are not all short (a pooling window of 9 is a
+    thread's); None otherwise (a contraction reads two tensors along its reduction, and
+    waits for its template)."""
     reds = collect(value, ReduceCompute)
     if not axes or not reds or any(n.kind not in _COMBINE for n in reds):  # type: ignore[attr-defined]
         return None
@@ -55,7 +59,14 @@ def row_axes(value: E.Expr, axes: tuple[E.Var, ...]) -> int | None:
     if uses <= set(axes[:-1]):
         return len(axes) - 1
     read = {e.tensor for n in reds for e in collect(n, E.TensorElement)}  # type: ignore[attr-defined]
-    return len(axes) if len(read) == 1 else None
+    return len(axes) if len(read) == 1 and not _short(reds) else None
+
+
+def _short(reds: list) -> bool:
+    """Whether every reduction has fewer than :data:`SHARED_MIN` elements (a pooling
+    window), which a thread reduces alone."""
+    sizes = [simplify_expr(E.as_expr(prod(r.shape))) for r in reds]
+    return all(isinstance(n, E.Constant) and int(n.value) < SHARED_MIN for n in sizes)
 
 
 def register_type(t: DataType) -> DataType:

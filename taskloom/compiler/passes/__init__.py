@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from taskloom.graph.graph import Graph
+from taskloom.compiler.passes.activations import recognize_activations
 from taskloom.compiler.passes.common_subexpressions import eliminate_common_subexpressions
 from taskloom.compiler.passes.constant_folding import constant_folding
 from taskloom.compiler.passes.dead_nodes import eliminate_dead_nodes
@@ -18,10 +19,10 @@ from taskloom.compiler.passes.simplify import simplify
 Pass = Callable[[Graph], Graph]
 
 #: The order one round runs the passes in: constants first (so later rules see them), then
-#: the local rewrites, merging repeated work before folding batch norms (so a repeated
-#: layer is folded once).
-DEFAULT_PASSES: tuple[Pass, ...] = (constant_folding, simplify, eliminate_common_subexpressions,
-                                    fold_batch_norm, eliminate_dead_nodes)
+#: the local rewrites and the activations written out as arithmetic, merging repeated work
+#: before folding batch norms (so a repeated layer is folded once).
+DEFAULT_PASSES: tuple[Pass, ...] = (constant_folding, simplify, recognize_activations,
+                                    eliminate_common_subexpressions, fold_batch_norm, eliminate_dead_nodes)
 
 
 def optimize(graph: Graph, passes: Sequence[Pass] = DEFAULT_PASSES, max_rounds: int = 10) -> Graph:
@@ -38,5 +39,5 @@ def optimize(graph: Graph, passes: Sequence[Pass] = DEFAULT_PASSES, max_rounds: 
     return graph
 
 
-__all__ = ["optimize", "DEFAULT_PASSES", "constant_folding", "simplify", "fold_batch_norm",
-           "eliminate_common_subexpressions", "eliminate_dead_nodes"]
+__all__ = ["optimize", "DEFAULT_PASSES", "constant_folding", "simplify", "recognize_activations",
+           "fold_batch_norm", "eliminate_common_subexpressions", "eliminate_dead_nodes"]

@@ -5,7 +5,7 @@ The code of a build depends on the target's numbers, so a GPU that reads differe
 ``--gpu`` builds afresh; nothing is wrong then, only slower.
 
     TASKLOOM_CACHE_DIR=.gpucache python3 bench/gpu_prepare.py --gpu "NVIDIA H100 80GB HBM3" \
-        [--matmuls] [--tuning] [--dynamic] [--check-models] bert resnet50
+        [--dram-gbs N] [--matmuls] [--tuning] [--dynamic] [--check-models] bert resnet50
 """
 from __future__ import annotations
 
@@ -141,8 +141,13 @@ def main() -> None:
     parser.add_argument("--check-models", action="store_true", help="also its check_models stage's builds")
     parser.add_argument("--gpu", default="NVIDIA H100 80GB HBM3", help="the name the GPU's driver reports")
     parser.add_argument("--arch", default="sm_90a")
+    parser.add_argument("--dram-gbs", type=int, default=0,
+                        help="the GPU's DRAM bandwidth as taskloom reads it (default: the arch's preset); "
+                             "the GPU matmul model's picks depend on it, e.g. 4916 for an H200")
     args = parser.parse_args()
     target = dataclasses.replace(CudaTarget.from_arch(args.arch), name=args.gpu)
+    if args.dram_gbs:
+        target = dataclasses.replace(target, dram_gbs=args.dram_gbs)
     if args.matmuls:
         print(f"matmuls: built in {prepare_matmuls(target):.1f} s", flush=True)
     if args.tuning:

@@ -4,8 +4,15 @@
 # machine; what it finds lands in $OUT: log.txt (all output), gpu.json, matmul.json,
 # check_models.json, matmul_mma_sync.json, models.json, tune.json, records.jsonl, split_k.json, dynamic.json
 # (bench/gpu_session.py). A .gpucache folder made by bench/gpu_prepare.py is
-# used as taskloom's build cache when present.
+# used as taskloom's build cache when present. STEPS names the steps to run (default all:
+# hopper check_models cuda_tests matmul mma_sync models tune ncu split_k dynamic), MODELS and
+# SYSTEMS narrow the models step (bench/gpu_session.py --models, --systems).
 set -u
+STEPS=" ${STEPS:-hopper check_models cuda_tests matmul mma_sync models tune ncu split_k dynamic} "
+want() { [[ "$STEPS" == *" $1 "* ]]; }
+MODEL_ARGS=()
+[ -n "${MODELS:-}" ] && MODEL_ARGS+=(--models "$MODELS")
+[ -n "${SYSTEMS:-}" ] && MODEL_ARGS+=(--systems "$SYSTEMS")
 OUT=${OUT:-/tmp/taskloom-gpu}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
@@ -37,15 +44,15 @@ export -f facts
     # Hopper's instructions one at a time first (a wrong mbarrier protocol hangs, and would
     # take the whole next step with it): where they fail, nothing after uses wgmma or TMA
     skip=()
-    if ! step 60 python3 -m pytest -q -p no:cacheprovider -m cuda --timeout 30 --tb=short -rfE -v \
+    if want hopper && ! step 60 python3 -m pytest -q -p no:cacheprovider -m cuda --timeout 30 --tb=short -rfE -v \
             tests/gpu/test_hopper_on_gpu.py; then
         export TASKLOOM_WGMMA=0
         skip=(-k "not wgmma and not hopper")
         echo "== Hopper's instructions failed: TASKLOOM_WGMMA=0 for the rest of the session"
     fi
     # BERT computed wrong on the H100 (2026-11-28): which kernel, before anything else
-    step 200 python3 bench/gpu_session.py --out "$OUT" --stages check_models
-    step 120 python3 -m pytest -q -p no:cacheprovider -m cuda -n 16 --timeout 100 --tb=short -rfE ${skip[@]+"${skip[@]}"} \
+    want check_models && step 240 python3 bench/gpu_session.py --out "$OUT" --stages check_models
+    want cuda_tests && step 120 python3 -m pytest -q -p no:cacheprovider -m cuda -n 16 --timeout 100 --tb=short -rfE ${skip[@]+"${skip[@]}"} \
         tests/gpu tests/runtime/test_device.py tests/frontend/test_torch_cuda.py tests/compiler/test_cuda_graph.py tests/compiler/test_cuda_dynamic.py \
         tests/bench/test_gpu.py tests/tune/test_cuda_tuner.py tests/backend/test_nvrtc.py tests/runtime/test_cuda_check.py
     # the Hopper template's first check as a model compiles it: where it fails, the rest runs without it
@@ -53,13 +60,15 @@ export -f facts
         export TASKLOOM_WGMMA=0
         echo "== wgmma failed its check: TASKLOOM_WGMMA=0 for the rest of the session"
     fi
-    step 90 python3 bench/gpu_session.py --out "$OUT" --stages matmul
-    [ "${TASKLOOM_WGMMA:-1}" != 0 ] && step 45 python3 bench/gpu_session.py --out "$OUT" --stages mma_sync
-    step "$(left 240)" python3 bench/gpu_session.py --out "$OUT" --stages models
-    step 90 python3 bench/gpu_session.py --out "$OUT" --stages tune
-    step 60 ncu --kernel-name 'regex:^k[0-9]+_' --clock-control none --section SpeedOfLight \
+    want matmul && step 90 python3 bench/gpu_session.py --out "$OUT" --stages matmul
+    want mma_sync && [ "${TASKLOOM_WGMMA:-1}" != 0 ] && step 45 python3 bench/gpu_session.py --out "$OUT" --stages mma_sync
+    keep=0  # what the steps after the models keep for themselves
+    for later in tune:90 ncu:60 split_k:30 dynamic:60; do want "${later%:*}" && keep=$((keep + ${later#*:})); done
+    want models && step "$(left $keep)" python3 bench/gpu_session.py --out "$OUT" --stages models ${MODEL_ARGS[@]+"${MODEL_ARGS[@]}"}
+    want tune && step 90 python3 bench/gpu_session.py --out "$OUT" --stages tune
+    want ncu && step 60 ncu --kernel-name 'regex:^k[0-9]+_' --clock-control none --section SpeedOfLight \
         --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
         --section ComputeWorkloadAnalysis --section SourceCounters python3 bench/gpu_ncu_matmul.py
-    step 30 python3 bench/gpu_session.py --out "$OUT" --stages split_k
-    step "$(left 0)" python3 bench/gpu_session.py --out "$OUT" --stages dynamic
+    want split_k && step 30 python3 bench/gpu_session.py --out "$OUT" --stages split_k
+    want dynamic && step "$(left 0)" python3 bench/gpu_session.py --out "$OUT" --stages dynamic
 } 2>&1 | tee "$OUT/log.txt"

@@ -107,6 +107,18 @@ def prepare_check_models(target: CudaTarget) -> float:
     return seconds
 
 
+def prepare_split_models(target: CudaTarget) -> float:
+    """The split_k stage's models (bench/gpu_session.py SPLIT_MODELS) split as the model
+    picks; unsplit, they are the models stage's builds. The seconds they took."""
+    import os
+    from gpu_session import SPLIT_MODELS
+    os.environ["TASKLOOM_SPLIT_K"] = "auto"
+    try:
+        return sum(prepare(name, target) for name in SPLIT_MODELS)
+    finally:
+        os.environ.pop("TASKLOOM_SPLIT_K")
+
+
 def _compile(model, inputs, target: CudaTarget) -> float:
     return compile_only(model, inputs, target)[0]
 
@@ -139,6 +151,7 @@ def main() -> None:
     parser.add_argument("--tuning", action="store_true", help="also the libraries its tune stage times")
     parser.add_argument("--dynamic", action="store_true", help="also its dynamic stage's BERT builds")
     parser.add_argument("--check-models", action="store_true", help="also its check_models stage's builds")
+    parser.add_argument("--split-k", action="store_true", help="also its split_k stage's model builds")
     parser.add_argument("--gpu", default="NVIDIA H100 80GB HBM3", help="the name the GPU's driver reports")
     parser.add_argument("--arch", default="sm_90a")
     parser.add_argument("--dram-gbs", type=int, default=0,
@@ -156,6 +169,8 @@ def main() -> None:
         print(f"check_models: built in {prepare_check_models(target):.1f} s", flush=True)
     if args.dynamic:
         print(f"dynamic: built in {prepare_dynamic(target):.1f} s", flush=True)
+    if args.split_k:
+        print(f"split_k: built in {prepare_split_models(target):.1f} s", flush=True)
     for name in args.models:
         print(f"{name}: built in {prepare(name, target):.1f} s", flush=True)
 

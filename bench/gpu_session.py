@@ -199,6 +199,44 @@ def split_linears(out: Path, repeats: int, rounds: int) -> None:
         print(f"linear {m}x{n}x{k}: " + ", ".join(f"{name} {ms:.4f} ms" if ms else f"{name} failed"
                                                    for name, ms in row.items()), flush=True)
         _save(out / "split_k.json", results)
+    for name in SPLIT_MODELS:  # whole models, the split as the model picks it against none
+        results.append(_guarded(lambda: split_model(name, repeats, rounds)))
+        print(f"{name}: {results[-1]}", flush=True)
+        _save(out / "split_k.json", results)
+
+
+#: the models the split_k stage times with TASKLOOM_SPLIT_K=auto against none: ResNet-50's
+#: 3x3 convolutions at 14x14 and 7x7 give 16 and 8 blocks for 132 SMs whole
+SPLIT_MODELS = ("resnet50", "bert")
+
+
+def split_model(name: str, repeats: int, rounds: int) -> dict[str, Any]:
+    """Model ``name`` in float16 at batch 1 compiled with the split as the model picks it and
+    without, timed in turns: median ms each, and the largest difference between the two."""
+    from taskloom.bench.gpu import _taskloom_backend, time_cuda_rounds
+    from taskloom.bench.zoo import build
+    model, inputs = build(name, batch=1, seq=128)
+    model = model.to("cuda", torch.float16).eval()
+    inputs = tuple(x.to("cuda", torch.float16) if x.is_floating_point() else x.to("cuda") for x in inputs)
+    calls, outs = {}, {}
+    for setting in ("0", "auto"):
+        os.environ["TASKLOOM_SPLIT_K"] = setting
+        torch._dynamo.reset()
+        compiled = torch.compile(lambda *xs: _first(model(*xs)), backend=_taskloom_backend())
+        with torch.inference_mode():
+            outs[setting] = compiled(*inputs).float()
+        calls[f"split {setting}"] = (lambda c: lambda: c(*inputs))(compiled)
+    os.environ.pop("TASKLOOM_SPLIT_K")
+    with torch.inference_mode():
+        times = time_cuda_rounds(calls, repeats, rounds)
+    diff = float((outs["auto"] - outs["0"]).abs().max() / outs["0"].abs().max())
+    return {"model": name, "max_rel_diff": diff,
+            "median_ms": {k: None if isinstance(t, Exception) else statistics.median(v for b in t for v in b)
+                          for k, t in times.items()}}
+
+
+def _first(out: Any) -> Any:
+    return out if isinstance(out, torch.Tensor) else out[0]
 
 
 #: (M, N, K) tuned on the GPU by the session's tune stage

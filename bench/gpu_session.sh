@@ -63,12 +63,12 @@ export -f facts
     want matmul && step 90 python3 bench/gpu_session.py --out "$OUT" --stages matmul
     want mma_sync && [ "${TASKLOOM_WGMMA:-1}" != 0 ] && step 45 python3 bench/gpu_session.py --out "$OUT" --stages mma_sync
     keep=0  # what the steps after the models keep for themselves
-    for later in tune:90 ncu:60 split_k:30 dynamic:60; do want "${later%:*}" && keep=$((keep + ${later#*:})); done
+    for later in tune:90 ncu:60 split_k:150 dynamic:60; do want "${later%:*}" && keep=$((keep + ${later#*:})); done
     want models && step "$(left $keep)" python3 bench/gpu_session.py --out "$OUT" --stages models ${MODEL_ARGS[@]+"${MODEL_ARGS[@]}"}
     want tune && step 90 python3 bench/gpu_session.py --out "$OUT" --stages tune
     want ncu && step 60 ncu --kernel-name 'regex:^k[0-9]+_' --clock-control none --section SpeedOfLight \
         --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
         --section ComputeWorkloadAnalysis --section SourceCounters python3 bench/gpu_ncu_matmul.py
-    want split_k && step 30 python3 bench/gpu_session.py --out "$OUT" --stages split_k
+    want split_k && step 150 python3 bench/gpu_session.py --out "$OUT" --stages split_k
     want dynamic && step "$(left 0)" python3 bench/gpu_session.py --out "$OUT" --stages dynamic
 } 2>&1 | tee "$OUT/log.txt"

@@ -1,6 +1,8 @@
 """Split-K for the GPU: a linear layer (or a matmul by a 2-d factor, as traced models give
-them) with too few output tiles to fill the GPU is split along K into partial products, one
-batch element each, summed after.
+them), or an NHWC convolution, with too few output tiles to fill the GPU is split along K
+into partial products, one batch element each, summed after. A convolution splits along its
+input channels, each part keeping whole 16-byte runs of a pixel's channels (ResNet-50's 3x3
+convolutions at 7x7 are 8 blocks of 64x64 whole).
 
 At batch 1 a transformer's linears (128 x 768 x 768 in BERT-base at sequence 128) give the
 tensor-core template a few dozen blocks for 132 SMs, each looping over all of K; on an H100
@@ -62,6 +64,8 @@ def split_k(graph: Graph, target: Target, parts: int | str | None = None) -> Gra
     forced = None if parts == "auto" else int(parts)
 
     def rule(node: Node, inputs: list[Tensor], ctx: Rewrite) -> list[Tensor] | None:
+        if node.op == "conv2d" and on_tensor_cores(node, target):
+            return _conv_rule(node, inputs, target, forced)
         if node.op not in ("linear", "matmul") or not on_tensor_cores(node, target):
             return None
         x, weight = inputs[0], inputs[1]
@@ -78,13 +82,56 @@ def split_k(graph: Graph, target: Target, parts: int | str | None = None) -> Gra
     return rewrite(graph, rule)
 
 
+def _conv_rule(node: Node, inputs: list[Tensor], target: Target, forced: int | None) -> list[Tensor] | None:
+    """An NHWC convolution's split along its input channels, where it pays (or is forced)."""
+    x, w = inputs[0], inputs[1]
+    if node.task.attr("layout") != "NHWC" or node.task.attr("groups") != 1 or x.ndim != 4 or \
+            not all(isinstance(d, int) for d in (*x.shape, *w.shape)):
+        return None
+    (n, oh, ow, o), (kh, kw, c, _) = node.outputs[0].shape, w.shape
+    m, k = n * oh * ow, kh * kw * c
+    fits = [s for s in SPLITS if c % (8 * s) == 0 and k // s >= MIN_PART]  # whole 16-byte runs of channels a part
+    if forced is not None:
+        s = forced if forced in fits else None
+    else:
+        s = _best_split(m, o, k, x.dtype.nbytes, target, fits)
+    return None if s is None else [_split_conv(node, x, w, inputs[2] if len(inputs) > 2 else None, s)]
+
+
+def _split_conv(node: Node, x: Tensor, w: Tensor, bias: Tensor | None, s: int) -> Tensor:
+    """``conv2d(x, w, bias)`` in NHWC as ``s`` float32 partial convolutions, each over a
+    ``1/s`` share of the input channels (the window's runs of channels stay contiguous),
+    summed: one batched contraction over the parts, then the sum."""
+    (sh, sw), (pt, pb, pl, pr), (dh, dw) = (node.task.attr(a) for a in ("stride", "padding", "dilation"))
+    (_, h, wd, c), (kh, kw, _, o) = x.shape, w.shape
+    cs, (_, oh, ow, _) = c // s, node.outputs[0].shape
+
+    def build(X, W):
+        def fn(p, b, oy, ox, co):
+            def term(ky, kx, ci):
+                iy, ix = oy * sh - pt + ky * dh, ox * sw - pl + kx * dw
+                inside = [cond for cond, padded in ((0 <= iy, pt), (iy < h, pb), (0 <= ix, pl), (ix < wd, pr)) if padded]
+                v = E.cast(X[b, iy, ix, p * cs + ci], T.float32)
+                if inside:  # the padding reads as zero
+                    v = E.select(E.logical_and(*inside), v, E.const(0.0, T.float32))
+                return v * E.cast(W[ky, kx, p * cs + ci, co], T.float32)
+            return reduce([kh, kw, cs], term, "sum")
+        return compute("split_k_conv_partials", [s, x.shape[0], oh, ow, o], fn)
+    parts = apply("split_k_conv_partials", [x, w], ["x", "weight"], build, {"parts": s})[0]
+    y = ops.sum(parts, axis=0)
+    if bias is not None:
+        y = y + ops.cast(bias, T.float32)
+    return ops.cast(y, x.dtype)
+
+
 def _divides(k: int, s: int) -> bool:
     """Whether K splits into ``s`` parts of whole steps of 32, each at least MIN_PART."""
     return k % (32 * s) == 0 and k // s >= MIN_PART
 
 
-def _best_split(m: int, n: int, k: int, nbytes: int, target: Target) -> int | None:
-    """The number of parts the model prices fastest, if GAIN times faster than none."""
+def _best_split(m: int, n: int, k: int, nbytes: int, target: Target, fits: list[int] | None = None) -> int | None:
+    """The number of parts (of ``fits``: by default those :func:`_divides` allows) the
+    model prices fastest, if GAIN times faster than none."""
     from taskloom.schedule.cuda.mma_model import Product, cycles, hardware, target_space
     configs = target_space(target, nbytes)  # type: ignore[arg-type]
 
@@ -93,7 +140,7 @@ def _best_split(m: int, n: int, k: int, nbytes: int, target: Target) -> int | No
     whole = product(1, k)
     l2_bytes_a_cycle = hardware(target).l2_bytes * target.num_sms  # type: ignore[attr-defined, arg-type]
     priced = {s: product(s, k // s) + LAUNCH_CYCLES + (s * 4 + nbytes) * m * n / l2_bytes_a_cycle
-              for s in SPLITS if _divides(k, s)}
+              for s in (fits if fits is not None else [s for s in SPLITS if _divides(k, s)])}
     best = min(priced, key=priced.__getitem__, default=None)
     return best if best is not None and priced[best] * GAIN <= whole else None
 

@@ -77,3 +77,39 @@ def test_a_split_layer_computes_what_the_whole_one_does(dtype, target, traced):
     whole = taskloom.compile(g, target=target, device="emulator")
     x = rng.standard_normal((1, 40, 512)).astype(dtype)
     np.testing.assert_allclose(split(x).astype(np.float32), whole(x).astype(np.float32), rtol=2e-3, atol=2e-3)
+
+
+def conv_layer(channels: int = 128, size: int = 7, layout: str = "NHWC"):
+    """relu(conv2d(x, w, b)), 3x3 with padding 1, float16, as the layout pass leaves it."""
+    x = input((1, size, size, channels) if layout == "NHWC" else (1, channels, size, size), "float16", name="x")
+    shape = (3, 3, channels, 64) if layout == "NHWC" else (64, channels, 3, 3)
+    w = taskloom.asarray((rng.standard_normal(shape) * 0.05).astype(np.float16))
+    b = taskloom.asarray(rng.standard_normal(64).astype(np.float16))
+    return Graph([x], [ops.relu(ops.conv2d(x, w, b, padding=1, layout=layout))])
+
+
+def test_an_nhwc_convolution_splits_along_its_input_channels():
+    g = split_k(conv_layer(), GPU, parts=4)
+    assert ops_of(g) == ["split_k_conv_partials", "sum", "add", "cast", "relu"]
+    assert g.nodes[0].outputs[0].shape == (4, 1, 7, 7, 64) and g.nodes[0].outputs[0].dtype.name == "float32"
+    assert [grp.ops for grp in fuse_graph(g)] == [["split_k_conv_partials"], ["sum", "add", "cast", "relu"]]
+    for unsplit in (conv_layer(layout="NCHW"), conv_layer(channels=24)):  # not NHWC; parts of 6 channels
+        assert split_k(unsplit, GPU, parts=4) is unsplit
+
+
+def test_the_model_splits_resnet_s_late_convolutions():
+    # ResNet-50's 3x3 convolutions at 7x7 (512 channels) and 14x14 (256): 8 and 16 blocks whole
+    assert "split_k_conv_partials" in ops_of(split_k(conv_layer(512, 7), GPU, parts="auto"))
+    assert "split_k_conv_partials" in ops_of(split_k(conv_layer(256, 14), GPU, parts="auto"))
+    early = conv_layer(64, 56)  # 3136 rows of output: 49 blocks a column of tiles already
+    assert split_k(early, GPU, parts="auto") is early
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_a_split_convolution_computes_what_the_whole_one_does():
+    g = conv_layer(64, 5)
+    split = taskloom.compile(split_k(g, GPU, parts=2), target="cuda:sm_90a", device="emulator")
+    assert split.meta["kernels"][0]["schedule"].startswith(("matmul_mma", "matmul_wgmma"))
+    whole = taskloom.compile(g, target="cuda:sm_90a", device="emulator")
+    x = rng.standard_normal((1, 5, 5, 64)).astype(np.float16)
+    np.testing.assert_allclose(split(x).astype(np.float32), whole(x).astype(np.float32), rtol=2e-3, atol=2e-3)

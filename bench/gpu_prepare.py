@@ -5,7 +5,7 @@ The code of a build depends on the target's numbers, so a GPU that reads differe
 ``--gpu`` builds afresh; nothing is wrong then, only slower.
 
     TASKLOOM_CACHE_DIR=.gpucache python3 bench/gpu_prepare.py --gpu "NVIDIA H100 80GB HBM3" \
-        [--dram-gbs N] [--matmuls] [--tuning] [--dynamic] [--check-models] bert resnet50
+        [--dram-gbs N] [--split-k] [--pdl] [--matmuls] [--tuning] [--dynamic] [--check-models] bert resnet50
 """
 from __future__ import annotations
 
@@ -107,16 +107,15 @@ def prepare_check_models(target: CudaTarget) -> float:
     return seconds
 
 
-def prepare_split_models(target: CudaTarget) -> float:
-    """The split_k stage's models (bench/gpu_session.py SPLIT_MODELS) split as the model
-    picks; unsplit, they are the models stage's builds. The seconds they took."""
+def prepare_with(variable: str, value: str, names: tuple[str, ...], target: CudaTarget) -> float:
+    """Models ``names`` built with environment ``variable`` at ``value`` (the split_k and pdl
+    stages' second setting; the first is the models stage's build). The seconds they took."""
     import os
-    from gpu_session import SPLIT_MODELS
-    os.environ["TASKLOOM_SPLIT_K"] = "auto"
+    os.environ[variable] = value
     try:
-        return sum(prepare(name, target) for name in SPLIT_MODELS)
+        return sum(prepare(name, target) for name in names)
     finally:
-        os.environ.pop("TASKLOOM_SPLIT_K")
+        os.environ.pop(variable)
 
 
 def _compile(model, inputs, target: CudaTarget) -> float:
@@ -152,6 +151,7 @@ def main() -> None:
     parser.add_argument("--dynamic", action="store_true", help="also its dynamic stage's BERT builds")
     parser.add_argument("--check-models", action="store_true", help="also its check_models stage's builds")
     parser.add_argument("--split-k", action="store_true", help="also its split_k stage's model builds")
+    parser.add_argument("--pdl", action="store_true", help="also its pdl stage's model builds")
     parser.add_argument("--gpu", default="NVIDIA H100 80GB HBM3", help="the name the GPU's driver reports")
     parser.add_argument("--arch", default="sm_90a")
     parser.add_argument("--dram-gbs", type=int, default=0,
@@ -169,8 +169,11 @@ def main() -> None:
         print(f"check_models: built in {prepare_check_models(target):.1f} s", flush=True)
     if args.dynamic:
         print(f"dynamic: built in {prepare_dynamic(target):.1f} s", flush=True)
+    from gpu_session import PDL_MODELS, SPLIT_MODELS
     if args.split_k:
-        print(f"split_k: built in {prepare_split_models(target):.1f} s", flush=True)
+        print(f"split_k: built in {prepare_with('TASKLOOM_SPLIT_K', 'auto', SPLIT_MODELS, target):.1f} s", flush=True)
+    if args.pdl:
+        print(f"pdl: built in {prepare_with('TASKLOOM_PDL', '1', PDL_MODELS, target):.1f} s", flush=True)
     for name in args.models:
         print(f"{name}: built in {prepare(name, target):.1f} s", flush=True)
 

@@ -6,7 +6,7 @@ in (torch.profiler) beside the host's time per call, the bar products tuned on t
 against the analytic model's configs, BERT's linears split along K, and BERT over several
 shapes compiled once with symbolic sizes against a compile per shape and the peers.
 
-    python3 bench/gpu_session.py --out DIR [--stages wgmma_smoke|check_models,matmul,mma_sync,models,tune,split_k,dynamic]
+    python3 bench/gpu_session.py --out DIR [--stages wgmma_smoke|check_models,matmul,mma_sync,models,tune,split_k,pdl,dynamic]
         [--models bert,resnet50] [--systems taskloom,torch,inductor,cudagraphs]
 """
 from __future__ import annotations
@@ -200,7 +200,7 @@ def split_linears(out: Path, repeats: int, rounds: int) -> None:
                                                    for name, ms in row.items()), flush=True)
         _save(out / "split_k.json", results)
     for name in SPLIT_MODELS:  # whole models, the split as the model picks it against none
-        results.append(_guarded(lambda: split_model(name, repeats, rounds)))
+        results.append(_guarded(lambda: model_ab(name, "TASKLOOM_SPLIT_K", ("0", "auto"), repeats, rounds)))
         print(f"{name}: {results[-1]}", flush=True)
         _save(out / "split_k.json", results)
 
@@ -210,26 +210,42 @@ def split_linears(out: Path, repeats: int, rounds: int) -> None:
 SPLIT_MODELS = ("resnet50", "bert")
 
 
-def split_model(name: str, repeats: int, rounds: int) -> dict[str, Any]:
-    """Model ``name`` in float16 at batch 1 compiled with the split as the model picks it and
-    without, timed in turns: median ms each, and the largest difference between the two."""
+#: the models the pdl stage times with kernels launched as programmatic dependents and not
+PDL_MODELS = ("mobilenet_v2", "gpt2", "bert", "resnet50")
+
+
+def dependent_launches(out: Path, repeats: int, rounds: int) -> None:
+    """:data:`PDL_MODELS` with ``TASKLOOM_PDL=1`` against ``0``: what overlapping each
+    launch with the kernel before is worth, model by model."""
+    results = []
+    for name in PDL_MODELS:
+        results.append(_guarded(lambda: model_ab(name, "TASKLOOM_PDL", ("0", "1"), repeats, rounds)))
+        print(f"{name}: {results[-1]}", flush=True)
+        _save(out / "pdl.json", results)
+
+
+def model_ab(name: str, variable: str, settings: tuple[str, str], repeats: int, rounds: int) -> dict[str, Any]:
+    """Model ``name`` in float16 at batch 1 compiled with environment ``variable`` at each of
+    two ``settings``, timed in turns: median ms each, and the largest difference between
+    the two results (relative to the first's largest magnitude)."""
     from taskloom.bench.gpu import _taskloom_backend, time_cuda_rounds
     from taskloom.bench.zoo import build
     model, inputs = build(name, batch=1, seq=128)
     model = model.to("cuda", torch.float16).eval()
     inputs = tuple(x.to("cuda", torch.float16) if x.is_floating_point() else x.to("cuda") for x in inputs)
     calls, outs = {}, {}
-    for setting in ("0", "auto"):
-        os.environ["TASKLOOM_SPLIT_K"] = setting
+    for setting in settings:
+        os.environ[variable] = setting
         torch._dynamo.reset()
         compiled = torch.compile(lambda *xs: _first(model(*xs)), backend=_taskloom_backend())
         with torch.inference_mode():
             outs[setting] = compiled(*inputs).float()
-        calls[f"split {setting}"] = (lambda c: lambda: c(*inputs))(compiled)
-    os.environ.pop("TASKLOOM_SPLIT_K")
+        calls[f"{variable}={setting}"] = (lambda c: lambda: c(*inputs))(compiled)
+    os.environ.pop(variable)
     with torch.inference_mode():
         times = time_cuda_rounds(calls, repeats, rounds)
-    diff = float((outs["auto"] - outs["0"]).abs().max() / outs["0"].abs().max())
+    first, second = (outs[x] for x in settings)
+    diff = float((second - first).abs().max() / first.abs().max())
     return {"model": name, "max_rel_diff": diff,
             "median_ms": {k: None if isinstance(t, Exception) else statistics.median(v for b in t for v in b)
                           for k, t in times.items()}}
@@ -439,6 +455,8 @@ def main() -> None:
         tune_products(args.out, args.repeats, args.rounds)
     if "split_k" in stages:
         split_linears(args.out, args.repeats, args.rounds)
+    if "pdl" in stages:
+        dependent_launches(args.out, args.repeats, args.rounds)
     if "dynamic" in stages:
         dynamic_bert(args.out, args.repeats, args.rounds)
 

@@ -16,6 +16,8 @@ make one and read it back, and its ``taskloom_checks`` says what each check guar
 """
 from __future__ import annotations
 
+import os
+
 from taskloom.backend.codegen_c import (ATOM, STATUS, CFamilyCodegen, c_name, c_symbol, c_type, checks_table,
                                         float_literal)
 from taskloom.backend.cuda_prelude import CUDA_PRELUDE, wgmma_wrapper
@@ -28,6 +30,17 @@ from taskloom.ir.functor import collect
 from taskloom.target.cuda import CudaTarget
 
 _HALF = {"float16": "__half", "bfloat16": "__nv_bfloat16"}
+#: the PTX of a kernel's first statement under programmatic dependent launch
+PDL_WAIT = 'asm volatile("griddepcontrol.wait;\\n" ::: "memory");'
+
+
+def dependent_launch(target: CudaTarget) -> bool:
+    """Whether kernels launch as programmatic dependents of the kernel before them on the
+    stream (``TASKLOOM_PDL=1``, compute capability 9.0 and later): each launches while the
+    one before finishes, and waits at its first statement (``griddepcontrol.wait``) until
+    that one has completed and its writes are visible, so the launch's latency overlaps the
+    previous kernel's tail. Off by default until timed on a GPU."""
+    return os.environ.get("TASKLOOM_PDL", "0") == "1" and target.compute_capability >= (9, 0)
 #: a tensor-core factor type as PTX names it (float32 factors go as tf32)
 _PTX_TYPE = {"float16": "f16", "bfloat16": "bf16", "float32": "tf32"}
 _SHUFFLE = {"shfl_xor": "__shfl_xor_sync", "shfl_down": "__shfl_down_sync", "shfl_up": "__shfl_up_sync",
@@ -236,6 +249,8 @@ class _CudaKernelCodegen(CFamilyCodegen):
                          f"(({a}u - (unsigned)__cvta_generic_to_shared(tl_dynamic_raw)) % {a}u);")
         elif self.dynamic_bytes and self.declares_shared():
             self.emit(1, "extern __shared__ __align__(16) unsigned char tl_dynamic_shared[];")
+        if dependent_launch(self.target):
+            self.emit(1, f"{PDL_WAIT}  // launched early: wait for the kernel before")
         self.block(self.fn.body, 1)
         self.emit(0, "}")
         self.emit(0, "#endif")
@@ -279,10 +294,18 @@ class _CudaKernelCodegen(CFamilyCodegen):
             self.tensor_map(t)
         names += [c_name(t.name) for t in maps]
         args = ", ".join(names)
-        self.either([f"::{symbol}<<<grid, block, shared_bytes, (cudaStream_t)stream>>>({args});",
-                     "return (int)cudaGetLastError();"],
-                    [f"void* argv[] = {{{', '.join(f'(void*)&{n}' for n in names) or 'nullptr'}}};",
-                     "return (int)cudaLaunchKernel(fn, grid, block, argv, shared_bytes, (cudaStream_t)stream);"])
+        argv = f"void* argv[] = {{{', '.join(f'(void*)&{n}' for n in names) or 'nullptr'}}};"
+        if dependent_launch(self.target):
+            self.emit(1, argv)
+            self.emit(1, "cudaLaunchAttribute dependent[1];")
+            self.emit(1, "dependent[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;")
+            self.emit(1, "dependent[0].val.programmaticStreamSerializationAllowed = 1;")
+            self.emit(1, "cudaLaunchConfig_t config = {grid, block, shared_bytes, (cudaStream_t)stream, dependent, 1};")
+            self.emit(1, "return (int)cudaLaunchKernelExC(&config, fn, argv);")
+        else:
+            self.either([f"::{symbol}<<<grid, block, shared_bytes, (cudaStream_t)stream>>>({args});",
+                         "return (int)cudaGetLastError();"],
+                        [argv, "return (int)cudaLaunchKernel(fn, grid, block, argv, shared_bytes, (cudaStream_t)stream);"])
         self.emit(0, "}")
         self.emit(0, "#endif")
 

@@ -42,6 +42,22 @@ def test_the_reduction_reads_as_cuda():
         assert line in text, line
 
 
+@needs_nvcc
+def test_with_dependent_launch_each_kernel_waits_for_the_one_before_first(monkeypatch, tmp_path):
+    monkeypatch.setenv("TASKLOOM_PDL", "1")
+    text = kernel_text(REDUCE)
+    body = text[text.index("{") + 1:].lstrip()
+    assert body.startswith('asm volatile("griddepcontrol.wait;\\n" ::: "memory");')  # before any read
+    assert "cudaLaunchAttributeProgrammaticStreamSerialization" in text and "cudaLaunchKernelExC(&config" in text
+    assert "<<<" not in text
+    from taskloom.backend.cache import BuildCache
+    compile_cuda_library(cuda(REDUCE), H100, name="pdl", cache=BuildCache(tmp_path))  # nvcc takes both sides
+    sm80 = cuda(REDUCE, CudaTarget.from_arch("sm_80"))  # no such instruction before Hopper
+    assert "griddepcontrol" not in sm80 and "<<<" in sm80
+    monkeypatch.setenv("TASKLOOM_PDL", "0")
+    assert "griddepcontrol" not in cuda(REDUCE)
+
+
 def test_tensor_core_statements_call_the_prelude():
     text = kernel_text(MMA)
     assert "__half __align__(16) ra[8];  // register" in text and "float __align__(16) acc[4];  // register" in text

@@ -110,9 +110,11 @@ def test_on_the_gpu_a_graph_matches_the_emulator_and_loads_from_a_file(tmp_path)
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("graphs", ["1", "0"])
-def test_on_the_gpu_calls_replay_one_captured_cuda_graph(graphs, monkeypatch):
+@pytest.mark.parametrize("pdl", ["0", "1"])  # each kernel launched as the one before's dependent, or not
+def test_on_the_gpu_calls_replay_one_captured_cuda_graph(graphs, pdl, monkeypatch):
     torch = pytest.importorskip("torch")
     monkeypatch.setenv("TASKLOOM_CUDA_GRAPHS", graphs)
+    monkeypatch.setenv("TASKLOOM_PDL", pdl)
     graph = mlp()
     on_gpu = taskloom.compile(graph, target="cuda", device="cuda")
     in_emulator = taskloom.compile(graph, target="cuda", device="emulator")

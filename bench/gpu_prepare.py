@@ -5,7 +5,7 @@ The code of a build depends on the target's numbers, so a GPU that reads differe
 ``--gpu`` builds afresh; nothing is wrong then, only slower.
 
     TASKLOOM_CACHE_DIR=.gpucache python3 bench/gpu_prepare.py --gpu "NVIDIA H100 80GB HBM3" \
-        [--dram-gbs N] [--split-k] [--pdl] [--matmuls] [--tuning] [--dynamic] [--check-models] bert resnet50
+        [--dram-gbs N] [--split-k] [--pdl] [--float32] [--matmuls] [--tuning] [--dynamic] [--check-models] bert resnet50
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from gpu_session import _first  # the session's models give their first output
 from taskloom.bench.zoo import build
 from taskloom.frontend.torch import Backend
 from taskloom.target import CudaTarget
@@ -32,10 +33,6 @@ def prepare(name: str, target: CudaTarget, dtype: torch.dtype = torch.float16, s
     model = model.to(dtype).eval()
     inputs = tuple(x.to(dtype) if x.is_floating_point() else x for x in inputs)
     return _compile(lambda *xs: _first(model(*xs)), inputs, target)
-
-
-def _first(out):  # the session's models give their first output, as taskloom.bench.gpu's do
-    return out if isinstance(out, torch.Tensor) else out[0]
 
 
 def prepare_matmuls(target: CudaTarget) -> float:
@@ -152,6 +149,7 @@ def main() -> None:
     parser.add_argument("--check-models", action="store_true", help="also its check_models stage's builds")
     parser.add_argument("--split-k", action="store_true", help="also its split_k stage's model builds")
     parser.add_argument("--pdl", action="store_true", help="also its pdl stage's model builds")
+    parser.add_argument("--float32", action="store_true", help="also the models in float32 (its fp32 step)")
     parser.add_argument("--gpu", default="NVIDIA H100 80GB HBM3", help="the name the GPU's driver reports")
     parser.add_argument("--arch", default="sm_90a")
     parser.add_argument("--dram-gbs", type=int, default=0,
@@ -176,6 +174,8 @@ def main() -> None:
         print(f"pdl: built in {prepare_with('TASKLOOM_PDL', '1', PDL_MODELS, target):.1f} s", flush=True)
     for name in args.models:
         print(f"{name}: built in {prepare(name, target):.1f} s", flush=True)
+        if args.float32:
+            print(f"{name} float32: built in {prepare(name, target, torch.float32):.1f} s", flush=True)
 
 
 if __name__ == "__main__":

@@ -145,16 +145,19 @@ def check_models(out: Path, device: str = "cuda", checked: Any = CHECKED_MODELS)
     os.environ.pop("TASKLOOM_WGMMA", None)
 
 
-def models(out: Path, names: list[str], repeats: int, rounds: int, systems: Any = SYSTEMS) -> None:
-    """Each model against the peers, then a profile of taskloom's program."""
+def models(out: Path, names: list[str], repeats: int, rounds: int, systems: Any = SYSTEMS,
+           dtype: str = "float16") -> None:
+    """Each model against the peers, then (in float16) a profile of taskloom's program;
+    into models.json (float32: models_float32.json)."""
     results: list[Any] = []
     for name in names:
-        record = _guarded(lambda: bench_model(name, 1, 128, "float16", repeats, rounds, systems))
-        _show(f"{name} float16 batch 1", record)
-        record["profile"] = _guarded(lambda: profile_model(name))
-        print(record["profile"].get("table", record["profile"]), flush=True)
+        record = _guarded(lambda: bench_model(name, 1, 128, dtype, repeats, rounds, systems))
+        _show(f"{name} {dtype} batch 1", record)
+        if dtype == "float16":
+            record["profile"] = _guarded(lambda: profile_model(name))
+            print(record["profile"].get("table", record["profile"]), flush=True)
         results.append(record)
-        _save(out / "models.json", results)
+        _save(out / ("models.json" if dtype == "float16" else f"models_{dtype}.json"), results)
 
 
 def profile_matmul(m: int, n: int, k: int) -> dict[str, Any]:
@@ -252,6 +255,7 @@ def model_ab(name: str, variable: str, settings: tuple[str, str], repeats: int, 
 
 
 def _first(out: Any) -> Any:
+    """A model's first output, as taskloom.bench.gpu's models give it."""
     return out if isinstance(out, torch.Tensor) else out[0]
 
 
@@ -435,6 +439,7 @@ def main() -> None:
     parser.add_argument("--stages", default="matmul,models")
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--systems", default=",".join(SYSTEMS), help="the models stage's systems")
+    parser.add_argument("--dtype", default="float16", help="the models stage's (float16 or float32)")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
@@ -450,7 +455,7 @@ def main() -> None:
     if "mma_sync" in stages:
         mma_sync_matmuls(args.out, args.repeats, args.rounds)
     if "models" in stages:
-        models(args.out, args.models.split(","), args.repeats, args.rounds, args.systems.split(","))
+        models(args.out, args.models.split(","), args.repeats, args.rounds, args.systems.split(","), args.dtype)
     if "tune" in stages:
         tune_products(args.out, args.repeats, args.rounds)
     if "split_k" in stages:

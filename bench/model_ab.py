@@ -8,11 +8,14 @@ drift hits both. ``--switch`` picks what differs:
 - ``k-block``: K cut into blocks of the config's ``kc`` and a short remainder, then into
   as many blocks made as equal as whole vectors allow (``matmul_cpu.k_block``);
 - ``attention``: the CPU attention template withdrawn (the chain of matmuls and a softmax,
-  the scores stored), then offered (attention in one kernel).
+  the scores stored), then offered (attention in one kernel);
+- ``merge-products``: an attention's query, key and value projections three products,
+  then one (``compiler.passes.sibling_products``).
 
     python bench/model_ab.py --switch prefetch resnet50 bert --rounds 10
     python bench/model_ab.py --switch k-block matmul:512,512,512 --rounds 15
     python bench/model_ab.py --switch attention bert gpt2 --seq 384
+    python bench/model_ab.py --switch merge-products bert --seq 7
 
 A model is a name of ``taskloom bench model``'s zoo, or ``matmul:M,N,K`` for one product.
 """
@@ -57,11 +60,16 @@ def _attention(on: bool) -> Any:
     return mock.patch.dict(registry._TEMPLATES, {"cpu": kept})
 
 
+def _merge_products(on: bool) -> Any:
+    return mock.patch.dict("os.environ", {"TASKLOOM_MERGE_PRODUCTS": "1" if on else "0"})
+
+
 #: switch -> (patch for off or on, the two columns' names)
 SWITCHES = {"prefetch": (_prefetch, ("not prefetched", "prefetched")),
             "a-in-place": (_a_in_place, ("A packed", "A in place")),
             "k-block": (_k_block, ("K blocks of kc", "K blocks evened out")),
-            "attention": (_attention, ("attention unfused", "attention fused"))}
+            "attention": (_attention, ("attention unfused", "attention fused")),
+            "merge-products": (_merge_products, ("three projections", "one product"))}
 
 
 def _subject(name: str, args: argparse.Namespace) -> tuple[tuple[Any, ...], list[np.ndarray]]:

@@ -2,6 +2,7 @@
 launcher into one shared library (a :class:`~taskloom.runtime.CompiledGraph`)."""
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -115,6 +116,10 @@ def _passes(graph: Graph, tgt: Target, optimize: bool, relayout: bool) -> Graph:
         fused = fuse_attention(graph, tgt)
         if fused is not graph:
             graph = run_passes(fused)
+        if os.environ.get("TASKLOOM_MERGE_PRODUCTS", "1") != "0":
+            # after the attention pass, which reads each projection's own product
+            from taskloom.compiler.passes.sibling_products import merge_sibling_products
+            graph = merge_sibling_products(graph)
         if relayout:
             from taskloom.compiler.passes.layout import choose_layout
             relaid = choose_layout(graph, tgt)

@@ -6,7 +6,7 @@ from typing import Any, Mapping
 
 from taskloom.ir.dtypes import PointerType, TensorType, Type
 from taskloom.ir.expr import Expr, Var
-from taskloom.ir.node import Node
+from taskloom.ir.node import Node, field_names
 
 
 class Visitor:
@@ -57,11 +57,12 @@ class Rewriter:
         if node.is_tensor_ref:
             return node
         changes = {}
-        for f in dataclasses.fields(node):  # type: ignore[arg-type]
-            old = getattr(node, f.name)
+        values = node.__dict__
+        for name in field_names(type(node)):
+            old = values[name]
             new = self._field(old)
             if new is not old:
-                changes[f.name] = new
+                changes[name] = new
         return dataclasses.replace(node, **changes) if changes else node  # type: ignore[type-var]
 
 

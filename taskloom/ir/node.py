@@ -8,6 +8,15 @@ from typing import Any, Iterator
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}  # per node class, its dataclass field names
 
 
+def field_names(cls: type) -> tuple[str, ...]:
+    """A node class's dataclass field names, in order (looked up once per class: walking a
+    tree asks for them at every node)."""
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
+
+
 class Node:
     """An immutable IR node. Two nodes are equal when their classes and fields are equal.
 
@@ -18,11 +27,8 @@ class Node:
     __slots__ = ()
 
     def _fields(self) -> tuple[Any, ...]:
-        names = _FIELD_NAMES.get(type(self))
-        if names is None:
-            names = _FIELD_NAMES[type(self)] = tuple(f.name for f in dataclasses.fields(self))
         d = self.__dict__
-        return tuple(d[n] for n in names)
+        return tuple(d[n] for n in field_names(type(self)))
 
     def __hash__(self) -> int:
         h = self.__dict__.get("_hash")

@@ -16,6 +16,7 @@ from taskloom.errors import TransformError
 from taskloom.ir.arith.bounds import BoundAnalyzer, c_div, c_mod
 from taskloom.ir.arith.simplify_rules import RULES
 from taskloom.ir.expr import Constant, Expr, Var
+from taskloom.ir.node import field_names
 
 __all__ = ["BoundAnalyzer", "ExprSimplifier", "RULES", "analyzer", "c_div", "c_mod", "simplify_expr"]
 
@@ -61,8 +62,8 @@ class ExprSimplifier:
 
     def _children(self, e: Expr) -> Expr:
         changes = {}
-        for f in dataclasses.fields(e):  # type: ignore[arg-type]
-            old = getattr(e, f.name)
+        for name in field_names(type(e)):
+            old = getattr(e, name)
             if isinstance(old, Expr):
                 new: Any = self.simplify(old)
             elif isinstance(old, tuple) and any(isinstance(v, Expr) for v in old):
@@ -71,7 +72,7 @@ class ExprSimplifier:
             else:
                 continue
             if new is not old:
-                changes[f.name] = new
+                changes[name] = new
         return dataclasses.replace(e, **changes) if changes else e  # type: ignore[type-var]
 
 

@@ -17,13 +17,12 @@ of the nodes; it does not try operand orders, so a commutative rule lists its va
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from taskloom.ir.dtypes import DataType, Type
 from taskloom.ir.expr import Binary, Constant, Expr, Unary
-from taskloom.ir.node import Node
+from taskloom.ir.node import Node, field_names
 from taskloom.ir.arith.bounds import BoundAnalyzer
 
 #: Pseudo-types of wildcards. Their kind only satisfies the IR's checks while a pattern is
@@ -133,8 +132,8 @@ def match(pattern: Any, value: Any, bindings: dict[str, Expr]) -> bool:
     if isinstance(pattern, Node):
         if type(pattern) is not type(value):
             return False
-        return all(match(getattr(pattern, f.name), getattr(value, f.name), bindings)
-                   for f in dataclasses.fields(pattern))  # type: ignore[arg-type]
+        return all(match(getattr(pattern, name), getattr(value, name), bindings)
+                   for name in field_names(type(pattern)))
     if isinstance(pattern, tuple):
         return (isinstance(value, tuple) and len(pattern) == len(value)
                 and all(match(p, v, bindings) for p, v in zip(pattern, value)))

@@ -227,26 +227,33 @@ def dependent_launches(out: Path, repeats: int, rounds: int) -> None:
         _save(out / "pdl.json", results)
 
 
-def model_ab(name: str, variable: str, settings: tuple[str, str], repeats: int, rounds: int) -> dict[str, Any]:
+def model_ab(name: str, variable: str, settings: tuple[str, str], repeats: int, rounds: int,
+             device: str = "cuda") -> dict[str, Any]:
     """Model ``name`` in float16 at batch 1 compiled with environment ``variable`` at each of
     two ``settings``, timed in turns: median ms each, and the largest difference between
-    the two results (relative to the first's largest magnitude)."""
+    the two results (relative to the first's largest magnitude). ``device="cpu"``: a dry run
+    of the stage's logic, in float32 on the host."""
     from taskloom.bench.gpu import _taskloom_backend, time_cuda_rounds
+    from taskloom.bench.timing import time_rounds
     from taskloom.bench.zoo import build
+    from taskloom.frontend.torch import Backend
+    on_gpu = device == "cuda"
+    dtype = torch.float16 if on_gpu else torch.float32
     model, inputs = build(name, batch=1, seq=128)
-    model = model.to("cuda", torch.float16).eval()
-    inputs = tuple(x.to("cuda", torch.float16) if x.is_floating_point() else x.to("cuda") for x in inputs)
+    model = model.to(device, dtype).eval()
+    inputs = tuple(x.to(device, dtype) if x.is_floating_point() else x.to(device) for x in inputs)
     calls, outs = {}, {}
     for setting in settings:
         os.environ[variable] = setting
         torch._dynamo.reset()
-        compiled = torch.compile(lambda *xs: _first(model(*xs)), backend=_taskloom_backend())
+        backend = _taskloom_backend() if on_gpu else Backend(fallback=False)
+        compiled = torch.compile(lambda *xs: _first(model(*xs)), backend=backend)
         with torch.inference_mode():
             outs[setting] = compiled(*inputs).float()
         calls[f"{variable}={setting}"] = (lambda c: lambda: c(*inputs))(compiled)
     os.environ.pop(variable)
     with torch.inference_mode():
-        times = time_cuda_rounds(calls, repeats, rounds)
+        times = (time_cuda_rounds if on_gpu else time_rounds)(calls, repeats, rounds)
     first, second = (outs[x] for x in settings)
     diff = float((second - first).abs().max() / first.abs().max())
     return {"model": name, "max_rel_diff": diff,

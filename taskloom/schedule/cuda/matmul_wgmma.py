@@ -33,10 +33,12 @@ warpgroups ..``, in wgmmas of 64 rows by ``block_n`` (m64n{block_n}k16, four a s
    waiting for them: they run while the next step's barrier and copies go on, and are
    waited for (``wgmma.wait_group 1``) one step later. Every warpgroup takes both roles.
 4. **a producer warpgroup** (``specialized``, both factors by TMA): one more warpgroup
-   gives its registers up (``setmaxnreg``) and its first thread fills the slots as fast
-   as they are freed, each slot's *full* mbarrier taking the bytes; the consumer
-   warpgroups take the registers, wait for a slot to be full, issue its wgmmas, wait for
-   all of them (``wgmma.wait_group 0``), and arrive on the step before's *free* mbarrier.
+   asks to give its registers up (``setmaxnreg``; ptxas honours that only in a kernel
+   declaring one block an SM, which these do not, so both roles keep the launch's
+   registers) and its first thread fills the slots as fast as they are freed, each slot's
+   *full* mbarrier taking the bytes; the consumer warpgroups wait for a slot to be full,
+   issue its wgmmas, wait for all of them (``wgmma.wait_group 0``), and arrive on the step
+   before's *free* mbarrier.
    Freeing a slot with this step's wgmmas still in flight, as soon as ``wait_group 1``
    says the step before's are done, computed wrong results on an H200 (though the PTX ISA
    allows it; bench/results/2026-11-28-h200-run.md), so a slot is freed only once the
@@ -284,7 +286,7 @@ class _WgmmaKernel(_Kernel):
                 gpu.MbarrierWait(bar(self.free, slot), (use + 1) % 2), self._tma(slot, k),
                 gpu.MbarrierWait(bar(self.bars, slot), use % 2),
                 S.seq([self._multiply(slot), gpu.WgmmaWait(self.acc, 0), free_last]),
-                # the accumulators live in the consumers' branch alone (the producers keep 40 registers)
+                # the accumulators live in the consumers' branch alone
                 self._zero(), S.seq([gpu.WgmmaWait(self.acc, 0), self._store()]))])
 
     def _tile(self, f: Any) -> _GmmaTile:

@@ -52,13 +52,14 @@ def prepare_matmuls(target: CudaTarget) -> float:
 
 def prepare_tuning(target: CudaTarget) -> float:
     """The libraries the session's tune stage times (every config of the space for each of
-    its products, bench/gpu_session.py TUNED), built without timing anything; the seconds."""
+    its products and convolutions, bench/gpu_session.py TUNED and TUNED_CONVS), built without
+    timing anything; the seconds."""
     import tempfile
     from unittest import mock
 
     import taskloom
     from taskloom.backend.build import build_cuda_library
-    from gpu_session import TUNED, product_graph
+    from gpu_session import TUNED, TUNED_CONVS, conv_graph, product_graph
 
     def build_only(fns, tgt):
         build_cuda_library(list(fns), tgt, name="tune")
@@ -68,8 +69,8 @@ def prepare_tuning(target: CudaTarget) -> float:
             mock.patch("taskloom.tune.cuda.time_on_gpu", build_only), \
             mock.patch("taskloom.compiler.drivers._gpu_runs", lambda target: True), \
             mock.patch("taskloom.tune.records.Records.default", lambda: Records(Path(scratch) / "t.sqlite")):
-        for m, n, k in TUNED:
-            taskloom.compile(product_graph(m, n, k), target=target, tune=2, device="emulator")
+        for graph in [product_graph(*mnk) for mnk in TUNED] + [conv_graph(*cs) for cs in TUNED_CONVS]:
+            taskloom.compile(graph, target=target, tune=2, device="emulator")
     return time.perf_counter() - started
 
 

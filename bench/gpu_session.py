@@ -297,35 +297,65 @@ def _model_against_times(m: int, n: int, k: int) -> dict[str, Any]:
     return {"points": points, "spearman": None if rho is None else round(rho, 3)}
 
 
-def tune_products(out: Path, repeats: int, rounds: int) -> None:
-    """Each TUNED product compiled at tune=0 (the analytic model's config), then tuned at
-    tune=2 (every config of the space timed on this GPU) and timed against it; every
-    config's time is saved, for the model to be checked against."""
+#: ResNet-50's 3x3 convolutions (channels in and out, height and width), NHWC float16,
+#: which the tune stage tunes after the TUNED products
+TUNED_CONVS = [(64, 56), (128, 28), (256, 14), (512, 7)]
+
+
+def conv_graph(channels: int, size: int) -> Any:
+    """The NHWC float16 3x3 convolution (padding 1) the tune stage compiles (and gpu_prepare
+    builds)."""
+    import numpy as np
     import taskloom
-    from taskloom.bench.gpu import time_cuda_rounds
+    from taskloom import ops
+    from taskloom.graph import Graph, input
+    x = input((1, size, size, channels), "float16", name="x")
+    w = (np.random.default_rng(0).standard_normal((3, 3, channels, channels)) * 0.05).astype(np.float16)
+    return Graph([x], [ops.conv2d(x, taskloom.asarray(w), padding=1, layout="NHWC")])
+
+
+def tune_products(out: Path, repeats: int, rounds: int) -> None:
+    """Each TUNED product, then each TUNED_CONVS convolution, compiled at tune=0 (the
+    analytic model's config), then tuned at tune=2 (every config of the space timed on this
+    GPU) and timed against it; every config's time is saved, for the model to be checked
+    against."""
     from taskloom.target import CudaTarget
     from taskloom.tune.cuda import records_target
     from taskloom.tune.records import Records
     results = []
     for m, n, k in TUNED:
-        graph = product_graph(m, n, k)
-        model = taskloom.compile(graph, target="cuda")
-        started = time.perf_counter()
-        tuned = taskloom.compile(graph, target="cuda", tune=2)
-        seconds = time.perf_counter() - started
-        x, y = torch.randn(m, k, device="cuda").half(), torch.randn(k, n, device="cuda").half()
-        times = time_cuda_rounds({"tune=0": lambda: model(x, y), "tune=2": lambda: tuned(x, y)}, repeats, rounds)
-        row = {name: (None if isinstance(t, Exception) else statistics.median(v for b in t for v in b))
-               for name, t in times.items()}
-        results.append({"M": m, "N": n, "K": k, "median_ms": row, "tune_s": seconds,
-                        "configs": [g["schedule"] for g in (model.meta["kernels"][-1], tuned.meta["kernels"][-1])],
-                        "model": _model_against_times(m, n, k)})
-        print(f"product {m}x{n}x{k}: tune=0 {row['tune=0']} ms ({results[-1]['configs'][0]}), tune=2 "
-              f"{row['tune=2']} ms ({results[-1]['configs'][1]}), tuned in {seconds:.0f} s; the model's rank "
-              f"correlation with the times {results[-1]['model']['spearman']}", flush=True)
+        inputs = (torch.randn(m, k, device="cuda").half(), torch.randn(k, n, device="cuda").half())
+        results.append(_tune_one(f"product {m}x{n}x{k}", product_graph(m, n, k), inputs, (m, n, k), repeats, rounds))
+        _save(out / "tune.json", results)
+    for c, size in TUNED_CONVS:
+        inputs = (torch.randn(1, size, size, c, device="cuda").half(),)
+        results.append(_tune_one(f"3x3 convolution of {c} channels at {size}x{size}", conv_graph(c, size), inputs,
+                                 (size * size, c, 9 * c), repeats, rounds))
         _save(out / "tune.json", results)
     Records.default().export(out / "records.jsonl", target=records_target(CudaTarget.device()))
     _save(out / "tune.json", {"products": results})
+
+
+def _tune_one(what: str, graph: Any, inputs: tuple[Any, ...], mnk: tuple[int, int, int], repeats: int,
+              rounds: int) -> dict[str, Any]:
+    """``graph`` (one contraction, as ``M x N x K``) at tune=0 against tune=2: the record."""
+    import taskloom
+    from taskloom.bench.gpu import time_cuda_rounds
+    model = taskloom.compile(graph, target="cuda")
+    started = time.perf_counter()
+    tuned = taskloom.compile(graph, target="cuda", tune=2)
+    seconds = time.perf_counter() - started
+    times = time_cuda_rounds({"tune=0": lambda: model(*inputs), "tune=2": lambda: tuned(*inputs)}, repeats, rounds)
+    row = {name: (None if isinstance(t, Exception) else statistics.median(v for b in t for v in b))
+           for name, t in times.items()}
+    m, n, k = mnk
+    record = {"what": what, "M": m, "N": n, "K": k, "median_ms": row, "tune_s": seconds,
+              "configs": [g["schedule"] for g in (model.meta["kernels"][-1], tuned.meta["kernels"][-1])],
+              "model": _model_against_times(m, n, k)}
+    print(f"{what}: tune=0 {row['tune=0']} ms ({record['configs'][0]}), tune=2 {row['tune=2']} ms "
+          f"({record['configs'][1]}), tuned in {seconds:.0f} s; the model's rank correlation with the times "
+          f"{record['model']['spearman']}", flush=True)
+    return record
 
 
 def _host_ms(compiled: Any, inputs: tuple[Any, ...], calls: int) -> float:

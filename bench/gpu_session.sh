@@ -63,13 +63,13 @@ export -f facts
     want matmul && step 90 python3 bench/gpu_session.py --out "$OUT" --stages matmul
     want mma_sync && [ "${TASKLOOM_WGMMA:-1}" != 0 ] && step 45 python3 bench/gpu_session.py --out "$OUT" --stages mma_sync
     keep=0  # what the steps after the models keep for themselves
-    for later in fp32:120 memcheck:150 tune:90 ncu:60 split_k:150 pdl:150 dynamic:60; do want "${later%:*}" && keep=$((keep + ${later#*:})); done
+    for later in fp32:120 memcheck:150 tune:180 ncu:60 split_k:150 pdl:150 dynamic:60; do want "${later%:*}" && keep=$((keep + ${later#*:})); done
     want models && step "$(left $keep)" python3 bench/gpu_session.py --out "$OUT" --stages models ${MODEL_ARGS[@]+"${MODEL_ARGS[@]}"}
     # the five models in float32 against eager torch (correctness first: few timings)
     want fp32 && step 120 python3 bench/gpu_session.py --out "$OUT" --stages models --dtype float32 \
         --systems taskloom,torch --repeats 5 --rounds 1 ${MODELS:+--models "$MODELS"}
     want memcheck && step 150 compute-sanitizer --tool memcheck --error-exitcode 1 python3 bench/gpu_memcheck.py
-    want tune && step 90 python3 bench/gpu_session.py --out "$OUT" --stages tune
+    want tune && step 180 python3 bench/gpu_session.py --out "$OUT" --stages tune
     want ncu && step 60 ncu --kernel-name 'regex:^k[0-9]+_' --clock-control none --section SpeedOfLight \
         --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
         --section ComputeWorkloadAnalysis --section SourceCounters python3 bench/gpu_ncu_matmul.py

@@ -89,6 +89,19 @@ def _window_index(out: E.Expr, stride: int, pad: int, k: E.Expr, dilation: int) 
     return idx + (k * dilation if dilation != 1 else k)
 
 
+def window_element(X: Any, index: Callable[[E.Expr, E.Expr], tuple], oy: E.Expr, ox: E.Expr, ky: E.Expr,
+                   kx: E.Expr, size: tuple[Dim, Dim], stride: tuple[int, int],
+                   padding: tuple[int, int, int, int], dilation: tuple[int, int], acc: T.DataType) -> E.Expr:
+    """What a convolution's window element ``(ky, kx)`` of output pixel ``(oy, ox)`` reads of
+    ``X`` (``index(iy, ix)``: its whole index at input pixel ``(iy, ix)``) as ``acc``; zero
+    in the padding (``(top, bottom, left, right)``) around the input's ``size``."""
+    (sh, sw), (pt, pb, pl, pr), (dh, dw), (h, w) = stride, padding, dilation, size
+    iy, ix = _window_index(oy, sh, pt, ky, dh), _window_index(ox, sw, pl, kx, dw)
+    inside = ([0 <= iy] if pt else []) + ([iy < h] if pb else []) + ([0 <= ix] if pl else []) + ([ix < w] if pr else [])
+    v = E.cast(X[index(iy, ix)], acc)
+    return E.select(E.logical_and(*inside), v, E.const(0.0, acc)) if inside else v
+
+
 def _pool_out_size(size: Dim, k: int, s: int, p: int, d: int, ceil_mode: bool) -> Dim:
     """torch's pooled size: the windows that fit, rounded down (or up with ``ceil_mode``, but
     then a last window must start inside the input or its left padding).
@@ -418,14 +431,9 @@ def conv2d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any 
             first = group * Cg  # the first input channel of o's group
 
             def term(c, ky, kx):
-                iy = _window_index(oy, sh, pt, ky, dh)
-                ix = _window_index(ox, sw, pl, kx, dw)
-                inside = ([0 <= iy] if pt else []) + ([iy < H] if pb else []) + \
-                         ([0 <= ix] if pl else []) + ([ix < Wd] if pr else [])
                 ci = c if groups == 1 else first + c
-                v = E.cast(X[_at((*lead, ci), iy, ix, layout)], acc)
-                if inside:
-                    v = E.select(E.logical_and(*inside), v, E.const(0.0, acc))
+                v = window_element(X, lambda iy, ix: _at((*lead, ci), iy, ix, layout), oy, ox, ky, kx, (H, Wd),
+                                   (sh, sw), (pt, pb, pl, pr), (dh, dw), acc)
                 return v * E.cast(W[(ky, kx, c, o) if nhwc else (o, c, ky, kx)], acc)
             if nhwc:  # the channel innermost: the sum walks a pixel's contiguous channels
                 s = reduce([KH, KW, Cg], lambda ky, kx, c: term(c, ky, kx), "sum")

@@ -40,6 +40,7 @@ from taskloom.ir import dtypes as T
 from taskloom.ir import expr as E
 from taskloom.ir.compute import compute, reduce
 from taskloom.ops.base import apply
+from taskloom.ops.nn import window_element
 from taskloom.target.base import Target
 
 SPLITS = (2, 4, 8)
@@ -109,11 +110,8 @@ def _split_conv(node: Node, x: Tensor, w: Tensor, bias: Tensor | None, s: int) -
     def build(X, W):
         def fn(p, b, oy, ox, co):
             def term(ky, kx, ci):
-                iy, ix = oy * sh - pt + ky * dh, ox * sw - pl + kx * dw
-                inside = [cond for cond, padded in ((0 <= iy, pt), (iy < h, pb), (0 <= ix, pl), (ix < wd, pr)) if padded]
-                v = E.cast(X[b, iy, ix, p * cs + ci], T.float32)
-                if inside:  # the padding reads as zero
-                    v = E.select(E.logical_and(*inside), v, E.const(0.0, T.float32))
+                v = window_element(X, lambda iy, ix: (b, iy, ix, p * cs + ci), oy, ox, ky, kx, (h, wd),
+                                   (sh, sw), (pt, pb, pl, pr), (dh, dw), T.float32)
                 return v * E.cast(W[ky, kx, p * cs + ci, co], T.float32)
             return reduce([kh, kw, cs], term, "sum")
         return compute("split_k_conv_partials", [s, x.shape[0], oh, ow, o], fn)

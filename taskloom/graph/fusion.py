@@ -121,7 +121,7 @@ def fuse_graph(graph: Graph) -> list[FusedGroup]:
             continue
         reader = readers.pop()
         if any(_moves_innermost(m) for m in members[g]) and \
-                any(_window_reads(c, o) for o in results for c in consumers.get(id(o), []) if group_of[id(c)] == reader):
+                any(_read_through_window(o, consumers, lambda c: group_of[id(c)] == reader) for o in results):
             continue
         merge(g, reader)
 
@@ -138,6 +138,19 @@ def _moves_innermost(n: Node) -> bool:
     """Whether ``n`` is a permutation that changes which axis is contiguous."""
     dims = n.task.attr("dims") if n.op in ("permute", "transpose") else None
     return dims is not None and len(dims) > 0 and dims[-1] != len(dims) - 1
+
+
+def _read_through_window(t: Tensor, consumers: dict[int, list[Node]], inside: Any) -> bool:
+    """Whether a node that ``inside`` accepts reads ``t`` through a sliding window, directly
+    or through injective nodes it accepts (a pad that already joined the convolution)."""
+    for c in consumers.get(id(t), []):
+        if not inside(c):
+            continue
+        if _window_reads(c, t):
+            return True
+        if not has_reduction(c.task) and any(_read_through_window(o, consumers, inside) for o in c.outputs):
+            return True
+    return False
 
 
 def _window_reads(n: Node, t: Tensor) -> bool:

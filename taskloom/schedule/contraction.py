@@ -241,6 +241,9 @@ def pack_cost(kind: str, lanes: int) -> float:
         return 2 * VECTOR_COPY_CYCLES
     if kind == "gather":
         return VECTOR_COPY_CYCLES + lanes / 2  # a gather costs about half a cycle per lane
+    if kind.startswith("run") and kind[3:].isdigit():  # whole vectors and a masked one a run
+        run = int(kind[3:])
+        return VECTOR_COPY_CYCLES * -(-run // lanes) * lanes / run
     if kind.startswith("lane") and kind[4:].isdigit():
         return lanes * max(1.0, int(kind[4:]) / LANE_NODES_PER_CYCLE)
     raise ValueError(f"unknown pack kind {kind!r}")

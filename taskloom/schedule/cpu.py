@@ -25,27 +25,32 @@ from taskloom.ir.dtypes import float32
 from taskloom.ir.functor import collect
 from taskloom.ir.printer import expr_text
 from taskloom.schedule.contraction import Contraction, a_row_stride, b_vectorizes, kinds_cost, match_contraction
-from taskloom.schedule.post_fusion import fuse_contraction, fused_arg_specs, inputs_beside_panels
+from taskloom.schedule.post_fusion import flat_prologue_a, fuse_contraction, fused_arg_specs, inputs_beside_panels
 from taskloom.schedule.prepack import constant_b
 from taskloom.schedule.registry import Candidate, Scheduled, register_rules, register_template
 from taskloom.schedule.rule_based_cpu import schedule_task
 from taskloom.schedule.templates.attention_cpu import attention_candidate
 from taskloom.schedule.templates.matmul_cpu import MatmulConfig, matmul_program, pack_b_panels
-from taskloom.schedule.vectorize import vectorize_expr
+from taskloom.schedule.vectorize import run_length, vectorize_expr
 from taskloom.target.cpu import CpuTarget
 
 
 def pack_kinds(con, target: CpuTarget) -> tuple[str, str]:
     """How post-scheduling fusion packs A and B of the fused contraction ``con``: ``copy``
     (a contiguous vector copy), ``vec`` (lanes computed as vectors), ``gather`` (strided
-    vector gathers) or ``lane<N>`` (element by element, the scalar prologue having N nodes).
-    They are part of a workload's record key, so the cost model can price records of tasks
-    it cannot rebuild."""
+    vector gathers), ``run<R>`` (A by contiguous runs of R elements of K, a stem's window
+    row: :func:`a_run_length`) or ``lane<N>`` (element by element, the scalar prologue
+    having N nodes). They are part of a workload's record key, so the cost model can price
+    records of tasks it cannot rebuild."""
     L = target.vector_lanes(float32)
 
     def kind(expr: E.Expr, along: E.Var) -> str:
         vector = vectorize_expr(expr, along, E.Var("pack_start", along.type), L, None, aligned=True)
         if vector is None:
+            if along is con.vk:
+                run = run_length(flat_prologue_a(con), con.vk, L)
+                if run:
+                    return f"run{run}"
             return f"lane{len(collect(expr, E.Expr))}"
         if isinstance(vector, E.VectorLoad) and vector.stride == 1:
             return "copy"
@@ -53,6 +58,14 @@ def pack_kinds(con, target: CpuTarget) -> tuple[str, str]:
         return "gather" if gathers else "vec"
 
     return kind(con.a, con.vk), kind(con.b, con.vn)
+
+
+def a_run_length(a_kind: str) -> int:
+    """How long a run of K the matmul template copies A by (``a_run`` of
+    :func:`~taskloom.schedule.templates.matmul_cpu.matmul_program`) for A's pack kind: R of
+    ``run<R>`` (where A reads contiguously, :func:`~taskloom.schedule.vectorize.run_length`);
+    else 0."""
+    return int(a_kind[3:]) if a_kind.startswith("run") else 0
 
 
 def pack_costs(con, target: CpuTarget) -> tuple[float, float]:
@@ -104,12 +117,13 @@ class Tunable:
 
 @functools.lru_cache(maxsize=256)
 def _fused_kernel(con: Contraction, c: MatmulConfig, target: CpuTarget, in_place: bool, prepacked_b: int,
-                  prefetch_b: bool, a_stride: int) -> S.Function:
+                  prefetch_b: bool, a_stride: int, a_run: int) -> S.Function:
     """The template's kernel for ``c`` with ``con``'s group fused in, named ``fused``. Kept: a
     deep model asks for the same one once per layer (contractions compare by structure), and
     building it is most of a compile's scheduling time."""
     return fuse_contraction(matmul_program(con.shape, c, target, name="fused", b_vectorizes=in_place,
-                                           prepacked_b=prepacked_b, prefetch_b=prefetch_b, a_stride=a_stride), con)
+                                           prepacked_b=prepacked_b, prefetch_b=prefetch_b, a_stride=a_stride,
+                                           a_run=a_run), con)
 
 
 @functools.lru_cache(maxsize=256)  # (a deep model asks once per layer)
@@ -124,9 +138,10 @@ def tunable(con: Contraction, target: CpuTarget, prepacked_b: int = 0, prefetch_
     pack = kinds_cost(kinds, lanes)
     in_place = b_vectorizes(pack, lanes)
     a_stride = a_row_stride(con, kinds[0])
+    a_run = a_run_length(kinds[0])
 
     def fused(c: MatmulConfig, name: str = "fused") -> S.Function:
-        return _fused_kernel(con, c, target, in_place, prepacked_b, prefetch_b, a_stride).renamed(name)
+        return _fused_kernel(con, c, target, in_place, prepacked_b, prefetch_b, a_stride, a_run).renamed(name)
     if not con.static:  # a kernel for symbolic sizes is not timed: no arguments to time it with
         key = workload_key(con, kinds) + ("/prepacked" if prepacked_b else "")
         return Tunable(con, key, (pack[0], 0.0) if prepacked_b else pack, fused, [], a_stride)

@@ -13,7 +13,8 @@ and ``B`` by element or copies a vector of them into a buffer of its own (packin
 - replaces every packing copy by the prologue vectorized along the copied axis (one masked
   load when the operand is an input read in order), lane by lane otherwise; a template whose
   copies all start at multiples of the vector length says so (the ``pack_aligned``
-  attribute), which lets an NHWC window vectorize along its channels; a copy into a
+  attribute), which lets an NHWC window vectorize along its channels, and one that copies A
+  by runs says how long they are (``pack_a_run``: a stem's window row); a copy into a
   register of vectors (``bv[v] = vload(B[b, k, n], L, count)``, an operand read in place)
   is a packing copy too;
 - replaces every store ``C[b, m, n:n+L] = v`` by the epilogue evaluated on ``v``, vectorized
@@ -57,6 +58,13 @@ def _flat_var(name: str, t: TensorType) -> E.Var:
     return E.Var(name, TensorType(t.dtype, (simplify_expr(E.as_expr(prod(t.shape))),)))
 
 
+def flat_prologue_a(con: Contraction) -> E.Expr:
+    """A's prologue as the fused kernel reads it, every tensor flat: ``x[n, y, x, c]`` of an
+    NHWC window becomes one offset, in which a window row's ``KW * C`` channels are one run."""
+    params = {t: _flat_var(t.name, t.type) for t in con.task.inputs}
+    return simplify_expr(_FlatReads(params).visit(con.a), con.bounds)
+
+
 def inputs_beside_panels(con: Contraction) -> list[int]:
     """The positions of the task inputs a kernel taking B's prepacked panels still reads: those
     of A's prologue and of the epilogue (an input only B read is in the panels)."""
@@ -87,9 +95,10 @@ class _FlatReads(Rewriter):
 
 class _Fuse(Rewriter):
     def __init__(self, con: Contraction, A: E.Var, B: E.Var | None, C: E.Var, params: dict[TensorInput, E.Var],
-                 out: E.Var, aligned: bool = False):
+                 out: E.Var, aligned: bool = False, a_run: int = 0):
         self.con, self.A, self.B, self.C, self.out = con, A, B, C, out
         self.aligned = aligned  # packing copies start at multiples of the vector length
+        self.a_run = a_run      # A's copies each lie in one run of this many elements of K
         flat = _FlatReads(params)
         bounds = con.bounds
         self.a = simplify_expr(flat.visit(con.a), bounds)
@@ -128,8 +137,11 @@ class _Fuse(Rewriter):
         vector of scratch."""
         c = self.con
         into_register = isinstance(s, S.BufferStore)
-        if load.stride != 1 or getattr(s, "count", None) is not None:
-            raise ScheduleError("post-scheduling fusion: a packing copy must be a full contiguous vector")
+        run = self.a_run if load.tensor is self.A else 0
+        stored = getattr(s, "count", None)
+        if load.stride != 1 or (stored is not None and not (run and stored == load.count)):
+            raise ScheduleError("post-scheduling fusion: a packing copy must be a full contiguous vector "
+                                "(or, copying A by runs, one stored as far as it was loaded)")
         b, row, start = (self.visit(i) for i in load.indices)
         if load.tensor is self.B:  # lanes run along n
             expr, along, extent = substitute(self.b, {c.vb: b, c.vk: row}), c.vn, c.N
@@ -138,7 +150,11 @@ class _Fuse(Rewriter):
         count = self.visit(load.count) if load.count is not None else None
         lanes = load.lanes
         idx = tuple(self.visit(i) for i in s.indices)
-        vector = vectorize_expr(expr, along, start, lanes, count, aligned=self.aligned)
+        vector = vectorize_expr(expr, along, start, lanes, count, aligned=self.aligned, run=run)
+        if run:  # the lanes past a run belong to the next: stored masked, not zeroed
+            if not isinstance(vector, E.VectorLoad):
+                raise ScheduleError(f"post-scheduling fusion: A does not copy by runs of {run} along K")
+            return S.VectorStore(s.tensor, idx, vector, count)
         if into_register and (vector is None or not (count is None or isinstance(vector, E.VectorLoad))):
             self.tiles += 1
             tile = E.Var(f"prologue_tile{self.tiles}", TensorType(load.type.base, (E.as_expr(lanes),)))
@@ -226,7 +242,8 @@ def fuse_contraction(program: S.Function, con: Contraction, name: str | None = N
     out = _flat_var(names[-1], con.output.type)  # type: ignore[arg-type]
     attrs = program.attrs
     packed = program.attr("prepacked_b", 0)
-    fuse = _Fuse(con, A, None if packed else B, C, params, out, aligned=program.attr("pack_aligned", False))
+    fuse = _Fuse(con, A, None if packed else B, C, params, out, aligned=program.attr("pack_aligned", False),
+                 a_run=program.attr("pack_a_run", 0))
     body = fuse.visit(program.body)
     sizes = tuple(con.task.symbols())  # symbolic sizes come first, as scalar parameters
     if not packed:

@@ -9,7 +9,10 @@ Rules, by the shape of each subexpression:
 - when the caller promises that ``j0`` is a multiple of ``lanes`` (``aligned``), ``j // D`` and
   ``j % D`` for a constant ``D`` that ``lanes`` divides are the same for every lane but for
   the remainder's lane offset: an NHWC img2col window ``x[.., (j // C) .., j % C]`` with ``C``
-  a multiple of the vector reads one contiguous run of channels per vector;
+  a multiple of the vector reads one contiguous run of channels per vector; when it promises
+  instead that the lanes lie in one run ``[r * R, (r + 1) * R)`` (``run=R``), the same holds
+  for every ``D`` that ``R`` divides: a 3-channel stem's window row, ``KW * 3`` channels, is
+  copied by vectors that end where the row does;
 - arithmetic, comparisons, select and vector-capable primitives of vector operands: the
   same operation on vectors.
 Anything else (any other gather along ``j``, ``j`` used as a value, a non-float32 element) makes
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 from taskloom.ir import expr as E
 from taskloom.ir.dtypes import float32
-from taskloom.ir.functor import Rewriter
+from taskloom.ir.functor import Rewriter, collect
 from taskloom.ir.arith.linear import linear_form
 from taskloom.ir.arith import simplify_expr
 
@@ -35,15 +38,16 @@ class _NotVectorizable(Exception):
 
 class _AlignedDivMod(Rewriter):
     """``j // D`` -> ``j0 // D`` and ``j % D`` -> ``j0 % D + (j - j0)``, for ``j`` in
-    ``[j0, j0 + lanes)`` with ``j0 >= 0`` a multiple of ``lanes`` and ``D`` a positive multiple
-    of ``lanes``: no two lanes of the vector fall on different sides of a multiple of ``D``."""
+    ``[j0, j0 + lanes)`` lying within one multiple of ``unit`` (``j0 >= 0``) and ``D`` a positive
+    multiple of ``unit``: no two lanes of the vector fall on different sides of a multiple of
+    ``D``."""
 
-    def __init__(self, j: E.Var, j0: E.Expr, lanes: int):
-        self.j, self.j0, self.lanes = j, j0, lanes
+    def __init__(self, j: E.Var, j0: E.Expr, unit: int):
+        self.j, self.j0, self.unit = j, j0, unit
 
     def visit_Binary(self, e: E.Binary) -> E.Expr:
         if e.op in ("div", "mod") and e.a == self.j and isinstance(e.b, E.Constant) \
-                and int(e.b.value) > 0 and int(e.b.value) % self.lanes == 0:
+                and int(e.b.value) > 0 and int(e.b.value) % self.unit == 0:
             if e.op == "div":
                 return E.binary("div", self.j0, e.b)
             return E.binary("mod", self.j0, e.b) + (self.j - self.j0)
@@ -117,15 +121,19 @@ class _Vectorizer:
 
 
 def vectorize_expr(e: E.Expr, j: E.Var, j0: E.Expr, lanes: int, count: E.Expr | None = None,
-                   vectors: dict[E.Var, E.Expr] | None = None, aligned: bool = False) -> E.Expr | None:
+                   vectors: dict[E.Var, E.Expr] | None = None, aligned: bool = False,
+                   run: int = 0) -> E.Expr | None:
     """``e`` for ``j = j0, j0 + 1, ..., j0 + lanes - 1`` as one vector expression, or None.
 
     With ``count``, only the first ``count`` lanes are loaded (a loop tail). ``vectors``
     maps scalar variables of ``e`` to vectors already holding their lanes. ``aligned``
     promises that ``j0`` is a non-negative multiple of ``lanes``, which lets divisions of
-    ``j`` by multiples of ``lanes`` vectorize.
+    ``j`` by multiples of ``lanes`` vectorize; ``run`` promises that the loaded lanes lie in
+    one run ``[r * run, (r + 1) * run)``, which lets divisions by multiples of ``run`` vectorize.
     """
-    if aligned:
+    if run:
+        e = _AlignedDivMod(j, j0, run).visit(e)
+    elif aligned:
         e = _AlignedDivMod(j, j0, lanes).visit(e)
     try:
         return _Vectorizer(j, j0, lanes, count, vectors).vec(e)
@@ -135,3 +143,17 @@ def vectorize_expr(e: E.Expr, j: E.Var, j0: E.Expr, lanes: int, count: E.Expr | 
 
 def is_vectorizable(e: E.Expr, j: E.Var, lanes: int) -> bool:
     return vectorize_expr(e, j, E.as_expr(0), lanes) is not None
+
+
+def run_length(e: E.Expr, j: E.Var, lanes: int) -> int:
+    """The longest run ``R`` along ``j`` in which ``e`` reads one contiguous vector at a time
+    (see ``run`` of :func:`vectorize_expr`), tried among the constants ``j`` is divided by in
+    ``e``; 0 when there is none, or when whole vectors need no runs (``R`` a multiple of
+    ``lanes``)."""
+    divisors = {int(d.b.value) for d in collect(e, E.Binary)
+                if d.op in ("div", "mod") and d.a == j and isinstance(d.b, E.Constant) and int(d.b.value) > 1}
+    for R in sorted(divisors, reverse=True):
+        v = vectorize_expr(e, j, E.Var("run_start", j.type), lanes, E.Var("run_count", j.type), run=R)
+        if isinstance(v, E.VectorLoad) and v.stride == 1:
+            return 0 if R % lanes == 0 else R
+    return 0

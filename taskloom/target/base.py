@@ -67,6 +67,11 @@ class Target:
         (its window then packs by whole vectors); None where the graph keeps its layout."""
         return None
 
+    def nhwc_stems(self) -> bool:
+        """Whether a CNN's stem (a window convolution of a few input channels) runs in NHWC
+        with the layers it feeds (:func:`taskloom.compiler.passes.layout.is_stem`)."""
+        return False
+
     def nhwc_dtypes(self) -> tuple[str, ...]:
         """The element types whose convolutions the layout pass may run in NHWC."""
         return ("float32",)

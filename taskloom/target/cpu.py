@@ -166,6 +166,11 @@ class CpuTarget(Target):
         layout choice serves both instruction sets."""
         return 16
 
+    def nhwc_stems(self) -> bool:
+        """True: the pooling after a stem then vectorizes over its channels, and the matmul
+        template copies the stem's window by runs of a row's channels."""
+        return True
+
     def runs_on_host(self, host: CpuTarget | None = None) -> bool:
         """Whether code built for this target runs on ``host`` (default: this machine)."""
         return self.isa <= (host or CpuTarget.host()).isa

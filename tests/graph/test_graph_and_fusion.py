@@ -112,3 +112,6 @@ def test_a_transpose_of_the_innermost_axis_is_no_prologue_of_a_window():
     assert [g.ops for g in window] == [["permute"], ["conv2d"]]
     pointwise = fuse_graph(Graph([x], [ops.conv2d(xh, w1, layout="NHWC")]))
     assert [g.ops for g in pointwise] == [["permute", "conv2d"]]
+    # nor through a pad that already joined the window's group
+    padded = fuse_graph(Graph([x], [ops.conv2d(ops.pad(xh, (0, 0, 1, 1, 1, 1)), w3, layout="NHWC")]))
+    assert [g.ops for g in padded] == [["permute"], ["pad", "conv2d"]]

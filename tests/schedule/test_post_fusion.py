@@ -247,3 +247,27 @@ def test_packing_copies_take_the_prologue_vectorized_or_lane_by_lane():
     ref = F.conv2d(torch.from_numpy(X), torch.from_numpy(W), padding=1).numpy()
     conv = check(Graph([img], [ops.conv2d(img, const(W), padding=1)]), [X], ref)
     assert "the prologue element by element" in open(conv.meta["source"]).read()
+
+
+@pytest.mark.parametrize("kc, by_runs", [(80, True), (32, False)])
+def test_a_stem_window_copies_a_row_of_pixels_at_a_time(kc, by_runs):
+    """An NHWC window of 3 channels is contiguous along a row of its pixels (5 x 3 = 15
+    elements of K): packed by runs of 15 when every K block starts at a run's start, by
+    element otherwise; the numbers agree either way."""
+    from taskloom.schedule.cpu import a_run_length, pack_kinds
+    from taskloom.schedule.post_fusion import fuse_contraction
+    from taskloom.schedule.templates.matmul_cpu import MatmulConfig, matmul_program
+    img, w = input((1, 11, 11, 3), name="img"), input((5, 5, 3, 24), name="w")
+    (g,) = groups(Graph([img, w], [ops.conv2d(img, w, stride=2, layout="NHWC")]))
+    con = match_contraction(g.task)
+    lanes = host_target().vector_lanes(taskloom.ir.f32)
+    kind = pack_kinds(con, host_target())[0]
+    assert con.shape == (1, 16, 24, 75) and kind == "run15" and a_run_length(kind) == 15
+    config = MatmulConfig(mr=3, nv=1, kc=kc, mc=6, nc=lanes, pm=1, pn=1)
+    fn = fuse_contraction(matmul_program(con.shape, config, host_target(), name="fused", a_stride=0, a_run=15), con)
+    assert (fn.attr("pack_a_run") == 15) is by_runs
+    X, W = arr(1, 11, 11, 3), arr(5, 5, 3, 24)
+    out = np.full(16 * 24, np.nan, dtype=np.float32)
+    taskloom.build(fn)["fused"](X.ravel(), W.ravel(), out)
+    ref = F.conv2d(torch.from_numpy(X).permute(0, 3, 1, 2), torch.from_numpy(W).permute(3, 2, 0, 1), stride=2)
+    np.testing.assert_allclose(out.reshape(1, 4, 4, 24), ref.permute(0, 2, 3, 1).numpy(), rtol=1e-4, atol=1e-4)

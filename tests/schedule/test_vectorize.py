@@ -42,3 +42,26 @@ def test_aligned_divisions_by_a_multiple_of_the_lanes_vectorize():
 def test_divisions_the_lanes_do_not_divide_stay_scalar():
     e, _ = nhwc_window(24)  # 24 channels: a vector of 16 crosses a pixel
     assert vectorize_expr(e, j, j0, 16, aligned=True) is None
+
+
+def test_a_window_row_of_few_channels_vectorizes_within_one_run():
+    """A padded-ahead 7x7 window of 3 channels (a stem), flattened: ``x[k // 21 * W3 + k % 21]``
+    reads each window row's 21 elements in order, so a vector that stays in one row is one
+    (masked) load; across rows it is not."""
+    from taskloom.schedule.vectorize import run_length
+    x = tensor_input("x", "float32", [20 * 20 * 3])
+    e = x[(j // 21) * 60 + j % 21 + 5]
+    assert vectorize_expr(e, j, j0, 16, aligned=True) is None
+    assert run_length(e, j, 16) == 21 and run_length(e, j, 8) == 21
+    count = E.Var("count", index_type)
+    v = vectorize_expr(e, j, j0, 16, count, run=21)
+    assert isinstance(v, E.VectorLoad) and v.stride == 1 and v.count is count
+    data = np.arange(20 * 20 * 3, dtype=np.float32)
+    for row in range(7):
+        for start in (row * 21, row * 21 + 16):
+            n = min(16, (row + 1) * 21 - start)
+            base = int(evaluate(v.indices[0], {j0: np.asarray(start)}, {x: data}))
+            np.testing.assert_array_equal(data[base:base + n], evaluate(e, {j: np.arange(start, start + n)}, {x: data}))
+    # whole vectors of channels need no runs; a gather along j has none
+    assert run_length(nhwc_window(32)[0], j, 16) == 0
+    assert run_length(x[(j % 7) * 3], j, 16) == 0

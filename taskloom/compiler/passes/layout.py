@@ -10,10 +10,9 @@ output channels. Pooling and depthwise convolutions vectorize over the channels.
 
 Which convolutions: ``groups == 1`` with a 1x1 kernel or input channels a multiple of the
 target's vector of channels (``Target.nhwc_channel_multiple``: 16 float32 on x86, 8 16-bit
-elements on a GPU, whose tensor-core templates then copy a window by 16-byte runs; the stem of a
-CNN, 3 channels and 7x7, stays NCHW: its window cannot pack by vectors either way, so NHWC
-only adds a conversion), and depthwise convolutions -- in regions
-(:func:`_regions`) where the conversions are worth it. The pass:
+elements on a GPU, whose tensor-core templates then copy a window by 16-byte runs), depthwise
+convolutions, and on the CPU a CNN's stem (3 channels, :func:`is_stem`) that feeds them -- in
+regions (:func:`_regions`) where the conversions are worth it. The pass:
 
 - rewrites such a ``conv2d`` as ``conv2d(x', w', layout="NHWC")``, where ``x'`` is the NHWC
   form of its input: the NHWC tensor it came from when there is one, else a ``permute``;
@@ -57,6 +56,18 @@ def conv_pays(node: Node, channel_multiple: int, dtypes: tuple[str, ...] = ("flo
     if a("groups") == 1:
         return w.shape[2:] == (1, 1) or c % channel_multiple == 0
     return a("groups") == c == o  # depthwise: vectorized over the channels
+
+
+def is_stem(node: Node, channel_multiple: int, dtypes: tuple[str, ...] = ("float32",)) -> bool:
+    """Whether ``node`` is a CNN's stem: an NCHW window convolution of fewer input channels
+    than a vector (an RGB image). Its window packs by element in either layout; in NHWC its
+    result needs no conversion before the NHWC layers it feeds, and with its input padded
+    ahead (a few hundred KiB) a window row of ``KW * C`` channels is one contiguous run."""
+    a = node.task.attr
+    if node.op != "conv2d" or a("layout", "NCHW") != "NCHW" or a("groups") != 1:
+        return False
+    x, w = node.inputs[0], node.inputs[1]
+    return x.ndim == 4 and x.dtype.name in dtypes and x.shape[1] < channel_multiple and w.shape[2:] != (1, 1)
 
 
 def _is_elementwise(node: Node) -> bool:
@@ -132,14 +143,18 @@ class _Layouts:
         return id(t) in self.nhwc
 
 
-def _rule(layouts: _Layouts, chosen: set[Node]):
+def _rule(layouts: _Layouts, chosen: set[Node], stems: set[Node]):
     def rule(node: Node, inputs: list[Tensor], ctx: Rewrite) -> list[Tensor] | None:  # noqa: ARG001
         a = node.task.attr
         if node in chosen:
             w = _permuted(inputs[1], (2, 3, 1, 0))  # OIHW -> HWIO
-            y = ops.conv2d(layouts.to_nhwc(inputs[0]), w, inputs[2] if len(inputs) > 2 else None,
-                           stride=a("stride"), padding=a("padding"), dilation=a("dilation"), groups=a("groups"),
-                           layout="NHWC")
+            x, padding = layouts.to_nhwc(inputs[0]), a("padding")
+            if node in stems and any(padding):
+                top, bottom, left, right = padding
+                x, padding = ops.pad(x, (0, 0, left, right, top, bottom)), 0
+                x.producer[0].materialize = True  # a prologue would bring back the bounds checks
+            y = ops.conv2d(x, w, inputs[2] if len(inputs) > 2 else None, stride=a("stride"), padding=padding,
+                           dilation=a("dilation"), groups=a("groups"), layout="NHWC")
             return [layouts.give(y)]
         if not any(layouts.has(t) for t in inputs) or not _carries(node):
             return None
@@ -171,14 +186,15 @@ def _carries(node: Node) -> bool:
     return _is_elementwise(node)
 
 
-def _regions(graph: Graph, channel_multiple: int, dtypes: tuple[str, ...]) -> set[Node]:
+def _regions(graph: Graph, channel_multiple: int, dtypes: tuple[str, ...], stems: bool) -> set[Node]:
     """The convolutions worth running in NHWC: those of a region -- convolutions that pay,
     joined through the operators that carry the layout -- that holds a window convolution
     (NHWC pays for it even with conversions on both sides) or two convolutions or more (the
     conversions between them cancel). A lone 1x1 or depthwise convolution between NCHW
     neighbours stays NCHW: converting its input and result would cost more than it saves.
-    (A 3-channel stem stays NCHW too; the conversion after it is a kernel of its own, as
-    fusion does not fold a transpose into a window.)"""
+    With ``stems``, a stem (:func:`is_stem`) joins the region it feeds, but does not make
+    one: what it saves is the conversion after it, and the pooling between it and the
+    region runs in NHWC, vectorized over the channels instead of gathering strided pixels."""
     parent: dict[Node, Node] = {}
 
     def find(n: Node) -> Node:
@@ -187,8 +203,11 @@ def _regions(graph: Graph, channel_multiple: int, dtypes: tuple[str, ...]) -> se
             n = parent[n]
         return n
 
+    def pays(n: Node) -> bool:
+        return conv_pays(n, channel_multiple, dtypes) or (stems and is_stem(n, channel_multiple, dtypes))
+
     for node in graph.nodes:
-        if conv_pays(node, channel_multiple, dtypes) or _carries(node):
+        if pays(node) or _carries(node):
             parent[node] = node
             for t in node.inputs:
                 src = t.producer[0] if t.producer is not None else None
@@ -196,12 +215,13 @@ def _regions(graph: Graph, channel_multiple: int, dtypes: tuple[str, ...]) -> se
                     parent[find(src)] = find(node)
     convs: dict[Node, list[Node]] = {}
     for n in parent:
-        if conv_pays(n, channel_multiple, dtypes):
+        if pays(n):
             convs.setdefault(find(n), []).append(n)
     chosen: set[Node] = set()
     for members in convs.values():
-        window = any(n.task.attr("groups") == 1 and n.inputs[1].shape[2:] != (1, 1) for n in members)
-        if window or len(members) > 1:
+        paying = [n for n in members if conv_pays(n, channel_multiple, dtypes)]
+        window = any(n.task.attr("groups") == 1 and n.inputs[1].shape[2:] != (1, 1) for n in paying)
+        if window or len(paying) > 1:
             chosen.update(members)
     return chosen
 
@@ -214,7 +234,8 @@ def choose_layout(graph: Graph, target: Target) -> Graph:
     multiple = target.nhwc_channel_multiple()
     if multiple is None:
         return graph
-    chosen = _regions(graph, multiple, target.nhwc_dtypes())
+    chosen = _regions(graph, multiple, target.nhwc_dtypes(), target.nhwc_stems())
     if not chosen:
         return graph
-    return rewrite(graph, _rule(_Layouts(), chosen))
+    stems = {n for n in chosen if is_stem(n, multiple, target.nhwc_dtypes())}
+    return rewrite(graph, _rule(_Layouts(), chosen, stems))

@@ -40,7 +40,8 @@ def same_type(a: Tensor, b: Tensor) -> bool:
 
 def reapply(node: Node, inputs: Sequence[Tensor]) -> list[Tensor]:
     """The outputs of ``node``'s task applied to ``inputs``: the node's own outputs when the
-    inputs are the node's own, else a new node recording the same task."""
+    inputs are the node's own, else a new node recording the same task (and marked
+    ``materialize`` as ``node`` was)."""
     if len(inputs) == len(node.inputs) and all(a is b for a, b in zip(inputs, node.inputs)):
         return list(node.outputs)
     for k, (old, new) in enumerate(zip(node.inputs, inputs)):
@@ -48,7 +49,9 @@ def reapply(node: Node, inputs: Sequence[Tensor]) -> list[Tensor]:
             raise GraphError(f"cannot re-record {node.op}: its input {k} was {old.dtype.name}{list(old.shape)} "
                              f"and its replacement is {new.dtype.name}{list(new.shape)}; a replacement "
                              "must keep the shape and dtype")
-    return record(node.task, inputs)
+    outs = record(node.task, inputs)
+    outs[0].producer[0].materialize = node.materialize  # a pass's choice outlives re-recording
+    return outs
 
 
 class Rewrite:

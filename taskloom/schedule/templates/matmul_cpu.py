@@ -173,7 +173,7 @@ def k_block(K: int, kc: int, lanes: int) -> int:
 
 def matmul_program(shape: tuple, config: MatmulConfig, target: CpuTarget,
                    name: str = "matmul", prepacked_b: int = 0, b_vectorizes: bool = True,
-                   prefetch_b: bool = False, a_stride: int | None = None) -> S.Function:
+                   prefetch_b: bool = False, a_stride: int | None = None, a_run: int = 0) -> S.Function:
     """The kernel ``name(A: f32[Bt, M, K], B: f32[Bt, K, N], C: f32[Bt, M, N])`` for
     ``shape = (Bt, M, N, K)``, scheduled by ``config`` for ``target``.
 
@@ -185,7 +185,11 @@ def matmul_program(shape: tuple, config: MatmulConfig, target: CpuTarget,
     (:func:`reads_b_in_place`); a gathered or lane-by-lane B is packed. ``a_stride`` is the
     distance in elements between two rows of A as fusion reads it when A copies plainly
     (``K`` for a row-major matrix, the default; 0 when A is gathered or computed): it
-    decides whether the micro-kernel reads A in place (:func:`reads_a_in_place`).
+    decides whether the micro-kernel reads A in place (:func:`reads_a_in_place`). ``a_run``
+    (``R``) says that A, as fusion reads it, is contiguous along K in runs of ``R`` elements
+    (a stem's window row of ``KW * C`` channels, ``R`` no multiple of the vector): a packed A
+    is then copied a run at a time, each run's last vector masked where the run ends
+    (the ``pack_a_run`` attribute), where K blocks start at multiples of ``R``.
 
     Sizes may be expressions of symbols (one kernel for every batch or sequence length):
     the bands are then computed at run time on the config's own core grid, the last tile of
@@ -196,7 +200,7 @@ def matmul_program(shape: tuple, config: MatmulConfig, target: CpuTarget,
 
     >>> fn = matmul_program((1, 100, 70, 33), default_config(...), host_target())
     """
-    p = _plan(shape, config, target, prepacked_b, b_vectorizes, prefetch_b, a_stride)
+    p = _plan(shape, config, target, prepacked_b, b_vectorizes, prefetch_b, a_stride, a_run)
     fn = _loop_nest(p)
     return S.Function(name, fn.params, fn.body, fn.kind, _attrs(p))
 
@@ -227,6 +231,7 @@ class _Plan:
     PF: bool
     PF_STEPS: int
     PF_LINES: int
+    RUN: int = 0  # A packed by runs of this many elements along K (0: by whole vectors)
 
     MR = property(lambda p: p.config.mr)
     NV = property(lambda p: p.config.nv)
@@ -285,7 +290,7 @@ class _Plan:
 
 
 def _plan(shape: tuple, config: MatmulConfig, target: CpuTarget, prepacked_b: int,
-          b_vectorizes: bool, prefetch_b: bool, a_stride: int | None) -> _Plan:
+          b_vectorizes: bool, prefetch_b: bool, a_stride: int | None, a_run: int = 0) -> _Plan:
     """The plan of :func:`matmul_program`'s kernel, or a ScheduleError for what it cannot serve."""
     Bt, M, N, K = (_size(x) for x in shape)
     static = all(isinstance(d, int) for d in (Bt, M, N, K))
@@ -312,10 +317,12 @@ def _plan(shape: tuple, config: MatmulConfig, target: CpuTarget, prepacked_b: in
     # band asks for it all in its first slivers (the pace of a static band of 3-4 slivers)
     PF_STEPS, PF_LINES = _prefetch_pace(KC, c.nv * L, slivers) if isinstance(BAND_M, int) else (1, 1)
     stride = (K if isinstance(K, int) else 0) if a_stride is None else a_stride
+    pack_a = not reads_a_in_place(shape, c, target, stride, grid)
+    # runs need every K block to start at a run's start
+    runs = pack_a and a_run > 1 and isinstance(K, int) and K % a_run == 0 and (KC >= K or KC % a_run == 0)
     return _Plan(c, Bt, M, N, K, L, *grid, BAND_M, BAND_N, MC, NC, KC, prepacked_b,
-                 PACK_A=not reads_a_in_place(shape, c, target, stride, grid),
-                 PACK_B=not prepacked_b and not reads_b_in_place(shape, c, target, b_vectorizes, grid),
-                 PF=PF, PF_STEPS=PF_STEPS, PF_LINES=PF_LINES)
+                 PACK_A=pack_a, PACK_B=not prepacked_b and not reads_b_in_place(shape, c, target, b_vectorizes, grid),
+                 PF=PF, PF_STEPS=PF_STEPS, PF_LINES=PF_LINES, RUN=a_run if runs else 0)
 
 
 def _prefetch_pace(KC: int, NR: int, slivers: int) -> tuple[int, int]:
@@ -335,8 +342,8 @@ def _attrs(p: _Plan) -> tuple[tuple[str, object], ...]:
               and p.KC != round_up(c.kc, p.L) else "")
     shape = tuple(d if isinstance(d, int) else expr_text(d) for d in (p.Bt, p.M, p.N, p.K))
     return (("template", "matmul_cpu"), ("config", str(c) + on + blocks), ("shape", shape),
-            ("pack_aligned", True), ("prepacked_b", p.PB), ("packs_a", p.PACK_A), ("packs_b", p.PACK_B),
-            ("prefetch_b", p.PF))
+            ("pack_aligned", True), ("pack_a_run", p.RUN), ("prepacked_b", p.PB), ("packs_a", p.PACK_A),
+            ("packs_b", p.PACK_B), ("prefetch_b", p.PF))
 
 
 def _phase(script: Callable[[], None]) -> S.Stmt:
@@ -415,7 +422,9 @@ def _pack_b(p: _Plan, B: E.Var, Bp: E.Var, b: E.Expr, n0: E.Expr, nn: E.Expr, n_
 def _pack_a(p: _Plan, A: E.Var, Ap: E.Var, b: E.Expr, m0: E.Expr, mm: E.Expr, k0: E.Expr,
             kn: E.Expr) -> S.Stmt:
     """Copies A's MC x KC block at ``(m0, k0)`` into ``Ap``, whole register tiles of rows."""
-    L, M, MR = p.L, p.M, p.MR
+    L, M, MR, RUN = p.L, p.M, p.MR, p.RUN
+    if RUN:
+        return _pack_a_runs(p, A, Ap, b, m0, mm, k0, kn)
 
     @_phase
     def pack_a():
@@ -426,6 +435,25 @@ def _pack_a(p: _Plan, A: E.Var, Ap: E.Var, b: E.Expr, m0: E.Expr, mm: E.Expr, k0
             if kn % L != 0:
                 kt = kn - kn % L
                 vstore(Ap[i, kt], vload(A[b, min(m0 + i, M - 1), k0 + kt], L, kn % L))
+    return pack_a
+
+
+def _pack_a_runs(p: _Plan, A: E.Var, Ap: E.Var, b: E.Expr, m0: E.Expr, mm: E.Expr, k0: E.Expr,
+                 kn: E.Expr) -> S.Stmt:
+    """:func:`_pack_a` a run of ``RUN`` elements at a time (``a_run`` of :func:`matmul_program`):
+    each vector of a run stops where the run does, so that fusion reads it as one load."""
+    L, M, MR, RUN = p.L, p.M, p.MR, p.RUN
+    RV = cdiv(RUN, L)
+
+    @_phase
+    def pack_a():
+        "pack A's MC x KC block by runs along K (a window's row of pixels); rows past M repeat row M-1"
+        for i in range(cdiv(mm, MR) * MR):
+            for r in range(kn // RUN):
+                for v in unroll(RV):
+                    count = min(RUN - v * L, L)
+                    vstore(Ap[i, r * RUN + v * L], vload(A[b, min(m0 + i, M - 1), k0 + r * RUN + v * L], L, count),
+                           count)
     return pack_a
 
 

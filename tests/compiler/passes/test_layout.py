@@ -53,16 +53,56 @@ def test_convolutions_between_conversions_keep_nhwc():
     assert_matches_nchw(resnet_block())
 
 
-def test_stem_with_few_channels_stays_nchw_and_its_conversion_is_a_kernel():
-    x = input((1, 3, 12, 12), name="x")
-    stem = ops.relu(ops.conv2d(x, const(16, 3, 3, 3), stride=2, padding=1))
+def stem_net(channels: int = 3, kernel: int = 3, stride: int = 2, padding: int = 1, size: int = 12) -> Graph:
+    x = input((1, channels, size, size), name="x")
+    stem = ops.relu(ops.conv2d(x, const(16, channels, kernel, kernel), const(16), stride=stride, padding=padding))
     y = ops.conv2d(stem, const(16, 1, 3, 3), padding=1, groups=16)  # depthwise, as MobileNet-V2
-    y = ops.conv2d(ops.relu(y), const(16, 16, 1, 1))
-    g = relaid(Graph([x], [y]))
+    return Graph([x], [ops.conv2d(ops.relu(y), const(16, 16, 1, 1))])
+
+
+def test_stem_joins_the_nhwc_layers_it_feeds_with_its_input_padded_ahead():
+    g = relaid(stem_net())
+    assert layouts(g, "conv2d") == ["NHWC"] * 3
+    stem = next(n for n in g.nodes if n.op == "conv2d")
+    assert stem.task.attr("padding") == (0, 0, 0, 0) and stem.inputs[0].producer[0].op == "pad"
+    # the conversion and the padding are one kernel before the stem (a prologue would bring
+    # back a bounds check per element), and the stem copies its window a row at a time
+    compiled = assert_matches_nchw(stem_net())
+    kernels = compiled.meta["kernels"]
+    assert kernels[0]["ops"] == ["permute", "pad"] and kernels[1]["ops"][0] == "conv2d"
+
+
+@pytest.mark.parametrize("channels, kernel, stride, padding, size",
+                         [(3, 7, 2, 3, 23), (3, 3, 1, 0, 11), (1, 5, 1, 2, 9), (4, 3, 2, 1, 13)])
+def test_stems_of_every_shape_match_nchw(channels, kernel, stride, padding, size):
+    assert layouts(relaid(stem_net(channels, kernel, stride, padding, size)), "conv2d")[0] == "NHWC"
+    compiled = assert_matches_nchw(stem_net(channels, kernel, stride, padding, size))
+    assert "pack A's MC x KC block by runs" in open(compiled.meta["source"]).read()
+
+
+def test_a_stem_by_runs_on_avx2():
+    g = stem_net(3, 7, 2, 3, 23)
+    arrays = random_inputs(g)
+    want = taskloom.compile(g, layout="NCHW")(*arrays)
+    compiled = taskloom.compile(g, target="cpu -isa=avx2")
+    np.testing.assert_allclose(compiled(*arrays), want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+    assert "by runs" in open(compiled.meta["source"]).read()
+
+
+def test_a_stem_alone_stays_nchw():
+    x = input((1, 3, 12, 12), name="x")
+    y = ops.relu(ops.conv2d(x, const(16, 3, 7, 7), stride=2, padding=3))
+    g = relaid(Graph([x], [ops.max_pool2d(y, 3, 2, 1)]))
+    assert layouts(g, "conv2d") == ["NCHW"] and "permute" not in ops_of(g)
+
+
+def test_targets_without_nhwc_stems_keep_the_stem_nchw(monkeypatch):
+    monkeypatch.setattr(CpuTarget, "nhwc_stems", lambda self: False)
+    g = relaid(stem_net())
     assert layouts(g, "conv2d") == ["NCHW", "NHWC", "NHWC"]
     # the conversion between the stem and the depthwise window is its own kernel: folded into
     # the window, it would be gathered element by element, several times per element
-    compiled = assert_matches_nchw(Graph([x], [y]))
+    compiled = assert_matches_nchw(stem_net())
     assert ["permute"] in [k["ops"] for k in compiled.meta["kernels"]]
 
 

@@ -32,6 +32,15 @@ def test_nodes_after_a_replacement_are_re_recorded_on_the_new_tensors():
     assert_same_results(Graph([x], [ops.add(ops.relu(ops.sigmoid(x)), ops.sigmoid(x))]), new)
 
 
+def test_a_re_recorded_node_stays_materialized():
+    x = input((2, 3), name="x")
+    padded = ops.pad(ops.exp(x), (1, 1))
+    padded.producer[0].materialize = True
+    new = rewrite(Graph([x], [ops.relu(padded)]),
+                  lambda node, inputs, ctx: [ops.sigmoid(inputs[0])] if node.op == "exp" else None)
+    assert ops_of(new) == ["sigmoid", "pad", "relu"] and new.nodes[1].materialize
+
+
 def test_a_replacement_must_keep_shape_and_dtype():
     x = input((2, 3), name="x")
     g = Graph([x], [ops.relu(ops.exp(x))])

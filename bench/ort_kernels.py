@@ -6,6 +6,8 @@ branches the two run in different orders (Inception-V3).
 
     taskloom bench model resnet50 --compare ort --profile --json r50.json
     python bench/ort_kernels.py resnet50 r50.json
+    taskloom bench model resnet50 --batch 8 --compare ort --profile --json r50-b8.json
+    python bench/ort_kernels.py resnet50 r50-b8.json --batch 8 --runs 12
 """
 from __future__ import annotations
 
@@ -18,13 +20,13 @@ import tempfile
 from pathlib import Path
 
 
-def ort_conv_times(name: str, runs: int = 40) -> list[tuple[float, list, list]]:
+def ort_conv_times(name: str, runs: int = 40, batch: int = 1) -> list[tuple[float, list, list]]:
     """(median ms, input shapes, output shapes) of each Conv node of ``name`` in ORT, in order."""
     import onnxruntime as ort
     import torch
 
     from taskloom.bench import zoo
-    model, inputs = zoo.build(name, 1)
+    model, inputs = zoo.build(name, batch)
     work = Path(tempfile.mkdtemp())
     with torch.inference_mode():
         torch.onnx.export(model, tuple(inputs), work / "model.onnx", dynamo=True, verbose=False)
@@ -55,10 +57,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model")
     p.add_argument("profile_json", help="a `taskloom bench model --profile --json` file of the same model")
+    p.add_argument("--batch", type=int, default=1, help="the batch size the profile was taken at (default 1)")
+    p.add_argument("--runs", type=int, default=40, help="ORT runs profiled, the first quarter dropped (default 40)")
     args = p.parse_args(argv)
     ours = [k for k in json.load(open(args.profile_json))["profile"] if k["anchor"] == "conv2d"]
     ours.sort(key=lambda k: int(k["name"][1:].split("_")[0]))  # kernels are numbered in execution order
-    theirs = ort_conv_times(args.model)
+    theirs = ort_conv_times(args.model, args.runs, args.batch)
     if len(ours) != len(theirs):
         print(f"{len(ours)} taskloom convolution kernels against {len(theirs)} ORT Conv nodes: no match by order")
         return 1

@@ -60,6 +60,12 @@ def pack_kinds(con, target: CpuTarget) -> tuple[str, str]:
     return kind(con.a, con.vk), kind(con.b, con.vn)
 
 
+def epilogue_reads_rows(con: Contraction) -> bool:
+    """Whether ``con``'s epilogue reads a tensor that differs from row to row (a residual):
+    the template then asks for its lines a tile ahead (``prefetch_c``)."""
+    return any(con.vm in E.free_vars(i) for e in collect(con.epilogue, E.TensorElement) for i in e.indices)
+
+
 def a_run_length(a_kind: str) -> int:
     """How long a run of K the matmul template copies A by (``a_run`` of
     :func:`~taskloom.schedule.templates.matmul_cpu.matmul_program`) for A's pack kind: R of
@@ -123,7 +129,7 @@ def _fused_kernel(con: Contraction, c: MatmulConfig, target: CpuTarget, in_place
     building it is most of a compile's scheduling time."""
     return fuse_contraction(matmul_program(con.shape, c, target, name="fused", b_vectorizes=in_place,
                                            prepacked_b=prepacked_b, prefetch_b=prefetch_b, a_stride=a_stride,
-                                           a_run=a_run), con)
+                                           a_run=a_run, prefetch_c=epilogue_reads_rows(con)), con)
 
 
 @functools.lru_cache(maxsize=256)  # (a deep model asks once per layer)

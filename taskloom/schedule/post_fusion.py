@@ -17,6 +17,8 @@ and ``B`` by element or copies a vector of them into a buffer of its own (packin
   by runs says how long they are (``pack_a_run``: a stem's window row); a copy into a
   register of vectors (``bv[v] = vload(B[b, k, n], L, count)``, an operand read in place)
   is a packing copy too;
+- replaces a prefetch of ``C[b, m, n]`` by prefetches of what the epilogue reads there from
+  tensors that differ by row (a residual), or by nothing;
 - replaces every store ``C[b, m, n:n+L] = v`` by the epilogue evaluated on ``v``, vectorized
   along ``n`` when the epilogue allows (bias, activations, residual adds), lane by lane
   otherwise, written to the group's true output at the element's offset.
@@ -174,6 +176,20 @@ class _Fuse(Rewriter):
                       S.For(lane, E.as_expr(lanes),
                             S.BufferStore(s.tensor, (*idx[:-1], simplify_expr(idx[-1] + lane)), scalar),
                             "vectorize")])
+
+    def visit_Prefetch(self, s: S.Prefetch) -> S.Stmt:
+        """A prefetch of ``C[b, m, n]`` asks for what the epilogue reads at that element from
+        tensors that differ by row (a residual; not a bias): nothing when there are none."""
+        if s.tensor is not self.C:
+            return self.generic_visit(s)
+        c = self.con
+        b, m, n = (self.visit(i) for i in s.indices)
+        asks: dict[tuple, S.Stmt] = {}
+        for e in collect(self.epilogue, E.TensorElement):
+            if c.vm in E.free_vars(e.indices[0]):
+                at = tuple(simplify_expr(substitute(i, {c.vb: b, c.vm: m, c.vn: n})) for i in e.indices)
+                asks.setdefault((e.tensor.name, *map(str, at)), S.Prefetch(e.tensor, at))
+        return S.seq(list(asks.values()))
 
     def visit_BufferStore(self, s: S.BufferStore) -> S.Stmt:
         if isinstance(s.value, E.VectorLoad) and s.value.tensor in (self.A, self.B) and s.tensor is not self.C:

@@ -31,7 +31,7 @@ def every_product_shares_its_cores(monkeypatch):
     monkeypatch.setattr(matmul_cpu, "SERIAL_FMAS", 0)
 
 
-def run(shape, config, target, prepacked_b=0, prefetch_b=False, a_stride=None):
+def run(shape, config, target, prepacked_b=0, prefetch_b=False, a_stride=None, prefetch_c=False):
     """The template's product against numpy; with ``prepacked_b`` (1: one B for every batch,
     or the batch), B is handed over as prepacked panels; ``a_stride=0`` makes it pack A."""
     Bt, M, N, K = shape
@@ -40,7 +40,7 @@ def run(shape, config, target, prepacked_b=0, prefetch_b=False, a_stride=None):
     B = rng.standard_normal((prepacked_b or Bt, K, N), dtype=np.float32)
     C = np.full((Bt, M, N), np.nan, dtype=np.float32)
     program = matmul_program(shape, config, target, prepacked_b=prepacked_b, prefetch_b=prefetch_b,
-                             a_stride=a_stride)
+                             a_stride=a_stride, prefetch_c=prefetch_c)
     b_arg = pack_b_panels(B, config, target) if prepacked_b else B
     taskloom.build(program, target)["matmul"](A, b_arg, C)
     ref = np.matmul(A.astype(np.float64), B.astype(np.float64))
@@ -89,6 +89,7 @@ def test_small_blocks_exercise_every_edge(target):
                    MatmulConfig(2, 3, 7, 4, 3 * lanes, 1, target.num_cores)):
         for shape in ((1, 23, 5 * lanes + 3, 50), (2, 9, 2 * lanes - 1, 33)):
             run(shape, config, target)
+            run(shape, config, target, prefetch_c=True)  # the hints stay inside C at every edge
 
 
 @given(K=st.integers(1, 5000), kc=st.integers(1, 600), lanes=st.sampled_from([8, 16]))

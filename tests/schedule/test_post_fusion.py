@@ -271,3 +271,20 @@ def test_a_stem_window_copies_a_row_of_pixels_at_a_time(kc, by_runs):
     taskloom.build(fn)["fused"](X.ravel(), W.ravel(), out)
     ref = F.conv2d(torch.from_numpy(X).permute(0, 3, 1, 2), torch.from_numpy(W).permute(3, 2, 0, 1), stride=2)
     np.testing.assert_allclose(out.reshape(1, 4, 4, 24), ref.permute(0, 2, 3, 1).numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_the_tile_ahead_asks_for_the_residual_its_epilogue_reads():
+    """An epilogue reading a residual row by row gets its lines asked for a tile ahead; a
+    bias, the same for every row, does not."""
+    from taskloom.schedule.cpu import epilogue_reads_rows
+    x, r = input((40, 64), name="x"), input((40, 48), name="residual")
+    W, bias = arr(64, 48), arr(48)
+    with_residual = Graph([x, r], [ops.relu(ops.add(ops.matmul(x, const(W)), r))])
+    with_bias = Graph([x], [ops.relu(ops.add(ops.matmul(x, const(W)), const(bias)))])
+    X, R = arr(40, 64), arr(40, 48)
+    for graph, reads_rows, inputs, ref in ((with_residual, True, [X, R], np.maximum(X @ W + R, 0)),
+                                            (with_bias, False, [X], np.maximum(X @ W + bias, 0))):
+        (g,) = groups(graph)
+        assert epilogue_reads_rows(match_contraction(g.task)) is reads_rows
+        source = open(check(graph, inputs, ref).meta["source"]).read()
+        assert ("__builtin_prefetch(" in source) is reads_rows  # (B, small, is not prefetched)

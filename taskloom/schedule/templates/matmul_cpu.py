@@ -36,7 +36,7 @@ The template reads its operands only through the packing loops (scalar element r
 ``A[b, m, k]`` and ``B[b, k, n]``, copied a vector at a time, each copy starting at a
 multiple of the vector length: the ``pack_aligned`` attribute), or by element or vector in
 the micro-kernel when it reads one in place, and writes C only through the micro-kernel's
-final vector stores. That is the whole contract post-scheduling fusion needs
+final vector stores (it may ask for a line of C ahead of them: a prefetch). That is the whole contract post-scheduling fusion needs
 (:mod:`taskloom.schedule.post_fusion`): it replaces those reads with the group's prologue
 and those stores with its epilogue, so the template knows nothing about fusion. Partial
 sums of an output tile when K spans several blocks live in a per-core buffer, never in C.
@@ -173,7 +173,8 @@ def k_block(K: int, kc: int, lanes: int) -> int:
 
 def matmul_program(shape: tuple, config: MatmulConfig, target: CpuTarget,
                    name: str = "matmul", prepacked_b: int = 0, b_vectorizes: bool = True,
-                   prefetch_b: bool = False, a_stride: int | None = None, a_run: int = 0) -> S.Function:
+                   prefetch_b: bool = False, a_stride: int | None = None, a_run: int = 0,
+                   prefetch_c: bool = False) -> S.Function:
     """The kernel ``name(A: f32[Bt, M, K], B: f32[Bt, K, N], C: f32[Bt, M, N])`` for
     ``shape = (Bt, M, N, K)``, scheduled by ``config`` for ``target``.
 
@@ -189,7 +190,11 @@ def matmul_program(shape: tuple, config: MatmulConfig, target: CpuTarget,
     (``R``) says that A, as fusion reads it, is contiguous along K in runs of ``R`` elements
     (a stem's window row of ``KW * C`` channels, ``R`` no multiple of the vector): a packed A
     is then copied a run at a time, each run's last vector masked where the run ends
-    (the ``pack_a_run`` attribute), where K blocks start at multiples of ``R``.
+    (the ``pack_a_run`` attribute), where K blocks start at multiples of ``R``. With
+    ``prefetch_c``, each tile's k loop asks for the lines of C where the next tile of its
+    panel will store, which fusion turns into the lines its epilogue reads there (a residual
+    streaming from memory, in rows the hardware prefetcher does not follow: a tile reads a
+    few lines of each of its rows).
 
     Sizes may be expressions of symbols (one kernel for every batch or sequence length):
     the bands are then computed at run time on the config's own core grid, the last tile of
@@ -200,7 +205,7 @@ def matmul_program(shape: tuple, config: MatmulConfig, target: CpuTarget,
 
     >>> fn = matmul_program((1, 100, 70, 33), default_config(...), host_target())
     """
-    p = _plan(shape, config, target, prepacked_b, b_vectorizes, prefetch_b, a_stride, a_run)
+    p = _plan(shape, config, target, prepacked_b, b_vectorizes, prefetch_b, a_stride, a_run, prefetch_c)
     fn = _loop_nest(p)
     return S.Function(name, fn.params, fn.body, fn.kind, _attrs(p))
 
@@ -232,6 +237,7 @@ class _Plan:
     PF_STEPS: int
     PF_LINES: int
     RUN: int = 0  # A packed by runs of this many elements along K (0: by whole vectors)
+    PC: bool = False  # the k loop asks for the lines of C the next tile stores to
 
     MR = property(lambda p: p.config.mr)
     NV = property(lambda p: p.config.nv)
@@ -290,7 +296,8 @@ class _Plan:
 
 
 def _plan(shape: tuple, config: MatmulConfig, target: CpuTarget, prepacked_b: int,
-          b_vectorizes: bool, prefetch_b: bool, a_stride: int | None, a_run: int = 0) -> _Plan:
+          b_vectorizes: bool, prefetch_b: bool, a_stride: int | None, a_run: int = 0,
+          prefetch_c: bool = False) -> _Plan:
     """The plan of :func:`matmul_program`'s kernel, or a ScheduleError for what it cannot serve."""
     Bt, M, N, K = (_size(x) for x in shape)
     static = all(isinstance(d, int) for d in (Bt, M, N, K))
@@ -322,7 +329,7 @@ def _plan(shape: tuple, config: MatmulConfig, target: CpuTarget, prepacked_b: in
     runs = pack_a and a_run > 1 and isinstance(K, int) and K % a_run == 0 and (KC >= K or KC % a_run == 0)
     return _Plan(c, Bt, M, N, K, L, *grid, BAND_M, BAND_N, MC, NC, KC, prepacked_b,
                  PACK_A=pack_a, PACK_B=not prepacked_b and not reads_b_in_place(shape, c, target, b_vectorizes, grid),
-                 PF=PF, PF_STEPS=PF_STEPS, PF_LINES=PF_LINES, RUN=a_run if runs else 0)
+                 PF=PF, PF_STEPS=PF_STEPS, PF_LINES=PF_LINES, RUN=a_run if runs else 0, PC=prefetch_c)
 
 
 def _prefetch_pace(KC: int, NR: int, slivers: int) -> tuple[int, int]:
@@ -343,7 +350,7 @@ def _attrs(p: _Plan) -> tuple[tuple[str, object], ...]:
     shape = tuple(d if isinstance(d, int) else expr_text(d) for d in (p.Bt, p.M, p.N, p.K))
     return (("template", "matmul_cpu"), ("config", str(c) + on + blocks), ("shape", shape),
             ("pack_aligned", True), ("pack_a_run", p.RUN), ("prepacked_b", p.PB), ("packs_a", p.PACK_A),
-            ("packs_b", p.PACK_B), ("prefetch_b", p.PF))
+            ("packs_b", p.PACK_B), ("prefetch_b", p.PF), ("prefetch_c", p.PC))
 
 
 def _phase(script: Callable[[], None]) -> S.Stmt:
@@ -545,7 +552,7 @@ def _micro_kernel(p: _Plan, at: _Block, jr: E.Expr, ir: E.Expr, pf: tuple | None
     """The tile's rank-1 updates over the K block: per k, ``tnv`` vectors of B's panel (a
     prepacked weight's, the packed block's, or B where it lies), ``tmr`` broadcasts of A
     (packed or in place) and ``tmr x tnv`` FMAs into ``acc``; with ``PF``, prefetches."""
-    L, M, MR, NR, PB, PF, PACK_A, PACK_B = p.L, p.M, p.MR, p.NR, p.PB, p.PF, p.PACK_A, p.PACK_B
+    L, M, MR, NR, PB, PF, PC, PACK_A, PACK_B = p.L, p.M, p.MR, p.NR, p.PB, p.PF, p.PC, p.PACK_A, p.PACK_B
     A, B, Ap, Bp, b, m0, n0, n_hi, k0, kn = at.A, at.B, at.Ap, at.Bp, at.b, at.m0, at.n0, at.n_hi, at.k0, at.kn
     fvec = vec(f32, L)
 
@@ -564,6 +571,8 @@ def _micro_kernel(p: _Plan, at: _Block, jr: E.Expr, ir: E.Expr, pf: tuple | None
                     bv[v] = vload(Bp[jr, k, v * L], L)
             if PF:
                 _prefetch_b(p, at, ir, k, pf)
+            if PC:
+                _prefetch_c(p, at, jr, ir, k, tnv)
             "one broadcast of A lives at a time: MR x NV + NV + 1 registers"
             for i in unroll(tmr):
                 if PACK_A:  # (the row in 64 bits: each row's offset folds into the load's
@@ -594,6 +603,24 @@ def _prefetch_b(p: _Plan, at: _Block, ir: E.Expr, step: E.Expr, pf: tuple) -> S.
                     e = line * LINE_FLOATS
                     prefetch(B[min(b, PB - 1), pf_panel, pf_row + e // NR, e % NR])
     return prefetch_b
+
+
+def _prefetch_c(p: _Plan, at: _Block, jr: E.Expr, ir: E.Expr, step: E.Expr, tnv: int) -> S.Stmt:
+    """At ``step`` of tile ``ir``'s k loop in the last K block, a line of C where tile
+    ``ir + 1`` of the panel stores: one a step, row by row (rows and columns past C's edge
+    clamped to it; the last tile of a block asks for the next block's first, a wasted hint)."""
+    M, N, MR, NR, KB = p.M, p.N, p.MR, p.NR, p.KB
+    C, b, m0, n0, kb = at.C, at.b, at.m0, at.n0, at.kb
+    LINES = cdiv(tnv * p.L, LINE_FLOATS)  # a row's lines in the tile
+
+    @_phase
+    def prefetch_c():
+        if kb == KB - 1:
+            if step < MR * LINES:
+                m = min(m0 + (ir + 1) * MR + step // LINES, M - 1)
+                n = min(n0 + jr * NR + step % LINES * LINE_FLOATS, N - 1)
+                prefetch(C[b, m, n])
+    return prefetch_c
 
 
 def _store_tile(p: _Plan, at: _Block, jr: E.Expr, ir: E.Expr, tile: E.Expr, acc: E.Var,

@@ -19,7 +19,9 @@ of the ``PM x PN`` grid, as Roller prices an rTile by the traffic of each memory
   rows. Each call takes the longest of its compute and its streams (they overlap).
 - **partial sums**: when K spans several blocks, every call reads and writes its tile of
   the band's partial-sum buffer (``BAND_M x NC``), from L2, L3 or DRAM as that buffer fits
-  (small K blocks on a 4096 x 4096 product stream 32 MiB of partial sums per block).
+  (small K blocks on a 4096 x 4096 product stream 32 MiB of partial sums per block); with
+  B's panels packed ahead the template walks all of K for each M block, and the buffer is
+  ``MC x NC``.
 - **packing**: every element of A is packed once per column block, of B once per band (a
   band one tile high reads B in place, and so does a plain A in blocks of few column panels
   whose rows spread over L1's sets: only their reads count); a
@@ -182,14 +184,18 @@ def predict(shape: tuple[int, int, int, int], config: MatmulConfig, target: CpuT
     # of the FMA latency and load more per FMA, so they cost more than their FMAs say
     kernel *= Bt * row_tiles * col_tiles
     # partial sums between K blocks: each call reads and writes its tile of the band's
-    # BAND_M x NC buffer, which lives wherever that buffer fits
+    # BAND_M x NC buffer, which lives wherever that buffer fits; B's panels packed ahead (no
+    # packing cost for B) are walked over all of K for each M block, which keeps only
+    # MC x NC partial sums, and reads the whole K x NC of B again for the next M block
+    m_outer = pack[1] == 0.0
     partials = 0.0
     if partial_tile:
         tile_bytes = partial_tile * (2 * len(k_blocks) - 2)  # in after the first block, out before the last
-        partials = Bt * row_tiles * col_tiles * tile_bytes / source_bandwidth(rows * NC * 4, stream=True)
+        buffer_rows = min(MC, rows) if m_outer else rows
+        partials = Bt * row_tiles * col_tiles * tile_bytes / source_bandwidth(buffer_rows * NC * 4, stream=True)
     # B blocks that do not fit L2 come back from L3 for every block of rows
     refetch = 0.0
-    if b_block > target.l2_bytes // 2 and not in_place:
+    if (K * NC * 4 if m_outer else b_block) > target.l2_bytes // 2 and not in_place:
         refetch = Bt * len(_blocks(rows, MC)) * K * col_tiles * NR * 4 / l3
     # packing: each element of A once per block of columns, of B once per band
     a_elems = Bt * len(col_blocks) * K * row_tiles * MR

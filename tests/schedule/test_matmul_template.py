@@ -205,17 +205,19 @@ def prefetched(shape, config, target, prepacked_b):
 
 def chunks_after_the_first(shape, config, target, prepacked_b):
     """Each line of B's panels a core reads after its first chunk (KC rows of one panel),
-    as its offset into the panels: what the kernel should have asked for ahead of time."""
+    as its offset into the panels: what the kernel should have asked for ahead of time.
+    Prepacked panels are read M block by M block, each over all of K."""
     Bt, M, N, K = shape
     NR = config.nv * target.vector_lanes(f32)
     PM, PN = core_grid(shape, config, target)
-    _, BAND_N, _, NC, KC = blocking(shape, config, target)
+    BAND_M, BAND_N, MC, NC, KC = blocking(shape, config, target)
     lines = set()
-    for tn in range(PN):
+    for tm, tn in ((tm, tn) for tm in range(PM) for tn in range(PN)):
         n_lo, n_hi = tn * BAND_N, min(N, (tn + 1) * BAND_N)
+        m_blocks = cdiv(min(BAND_M, M - tm * BAND_M), MC)
         for b in range(Bt):
-            order = [(n0 // NR + jr, k0) for n0 in range(n_lo, n_hi, NC) for k0 in range(0, K, KC)
-                     for jr in range(cdiv(min(NC, n_hi - n0), NR))]
+            order = [(n0 // NR + jr, k0) for n0 in range(n_lo, n_hi, NC) for _ in range(m_blocks)
+                     for k0 in range(0, K, KC) for jr in range(cdiv(min(NC, n_hi - n0), NR))]
             for panel, k0 in order[1:]:
                 start = ((min(b, prepacked_b - 1) * cdiv(N, NR) + panel) * K + k0) * NR
                 lines |= set(range(start, start + min(KC, K - k0) * NR, LINE_FLOATS))
@@ -225,7 +227,7 @@ def chunks_after_the_first(shape, config, target, prepacked_b):
 @pytest.mark.parametrize("target", [HOST, AVX2], ids=["host", "avx2"])
 def test_prefetch_asks_for_each_next_panel_and_nothing_else(target):
     """With a streamed weight, the slivers working on one panel of B ask for the next one's
-    lines (the next panel, the first of the next K block, the first of the next N block):
+    lines (the next panel, the first of the next K block, of the next M block, of the next N block):
     every line each core reads after its first chunk, and nothing outside the panels. Full
     MC blocks, so that each panel has all its slivers; ragged N and K; grids both ways; a
     batch with one B each. The numbers stay right."""

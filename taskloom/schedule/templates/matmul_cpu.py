@@ -245,6 +245,10 @@ class _Plan:
     P = property(lambda p: p.PM * p.PN)
     KB = property(lambda p: cdiv(p.K, p.KC))
     KCP = property(lambda p: round_up(p.KC, p.L))  # A's packed rows are whole vectors long
+    # B's panels packed ahead need no K block kept for every M block: each M block then walks
+    # all of K, and its partial sums stay in L2 instead of a whole band's going round L3
+    M_OUTER = property(lambda p: bool(p.PB))
+    TILE_ROWS = property(lambda p: cdiv(p.MC if p.M_OUTER else p.BAND_M, p.MR))  # Cb's tiles a panel
     B_SHAPE = property(lambda p: (p.PB, cdiv(p.N, p.NR), p.K, p.NR) if p.PB else (p.Bt, p.K, p.N))
 
     @property
@@ -255,7 +259,7 @@ class _Plan:
         one block."""
         if isinstance(self.KB, int) and self.KB == 1:
             return (1, 1)
-        return (cdiv(self.BAND_M, self.MR) * (self.NC // self.NR), self.MR * self.NR)
+        return (self.TILE_ROWS * (self.NC // self.NR), self.MR * self.NR)
 
     @property
     def M_EDGES(self) -> tuple[int, ...]:
@@ -376,7 +380,7 @@ def _loop_nest(p: _Plan) -> S.Function:
     """The kernel: each core's walk over its bands, batches and blocks, the phases spliced in."""
     Bt, M, N, K, B_SHAPE, P, PM, PN = p.Bt, p.M, p.N, p.K, p.B_SHAPE, p.P, p.PM, p.PN
     BAND_M, BAND_N, MC, NC, KC, KB, NR, KCP = p.BAND_M, p.BAND_N, p.MC, p.NC, p.KC, p.KB, p.NR, p.KCP
-    PACK_A, PACK_B, CB_SHAPE = p.PACK_A, p.PACK_B, p.CB_SHAPE
+    PACK_A, PACK_B, CB_SHAPE, M_OUTER = p.PACK_A, p.PACK_B, p.CB_SHAPE, p.M_OUTER
 
     @kernel
     def matmul(A: f32[Bt, M, K], B: f32[B_SHAPE], C: f32[Bt, M, N]):
@@ -395,19 +399,34 @@ def _loop_nest(p: _Plan) -> S.Function:
                     for nb in range(cdiv(BAND_N, NC)):
                         n0 = n_lo + nb * NC
                         nn = min(NC, n_hi - n0)
-                        for kb in range(KB):
-                            k0 = kb * KC
-                            kn = min(KC, K - k0)
-                            if PACK_B:
-                                _pack_b(p, B, Bp, b, n0, nn, n_hi, k0, kn)
+                        if M_OUTER:
                             for mb in range(cdiv(m_hi - m_lo, MC)):
                                 m0 = m_lo + mb * MC
                                 mm = min(MC, m_hi - m0)
-                                if PACK_A:
-                                    _pack_a(p, A, Ap, b, m0, mm, k0, kn)
-                                _panels(p, _Block(A, B, C, Ap if PACK_A else None, Bp if PACK_B else None, Cb,
-                                                  b, m_lo, m0, mm, m_hi, n0, nn, n_hi, kb, k0, kn))
+                                for kb in range(KB):
+                                    k0 = kb * KC
+                                    kn = min(KC, K - k0)
+                                    _block(p, _Block(A, B, C, Ap if PACK_A else None, None, Cb,
+                                                     b, m_lo, m0, mm, m_hi, n0, nn, n_hi, kb, k0, kn))
+                        else:
+                            for kb in range(KB):
+                                k0 = kb * KC
+                                kn = min(KC, K - k0)
+                                if PACK_B:
+                                    _pack_b(p, B, Bp, b, n0, nn, n_hi, k0, kn)
+                                for mb in range(cdiv(m_hi - m_lo, MC)):
+                                    m0 = m_lo + mb * MC
+                                    mm = min(MC, m_hi - m0)
+                                    _block(p, _Block(A, B, C, Ap if PACK_A else None, Bp if PACK_B else None, Cb,
+                                                     b, m_lo, m0, mm, m_hi, n0, nn, n_hi, kb, k0, kn))
     return matmul
+
+
+def _block(p: _Plan, at: _Block) -> S.Stmt:
+    """An MC x KC block of A (packed first, unless read in place) times its K block of B."""
+    if p.PACK_A:
+        return S.seq([_pack_a(p, at.A, at.Ap, at.b, at.m0, at.mm, at.k0, at.kn), _panels(p, at)])
+    return _panels(p, at)
 
 
 def _pack_b(p: _Plan, B: E.Var, Bp: E.Var, b: E.Expr, n0: E.Expr, nn: E.Expr, n_hi: E.Expr,
@@ -467,11 +486,12 @@ def _pack_a_runs(p: _Plan, A: E.Var, Ap: E.Var, b: E.Expr, m0: E.Expr, mm: E.Exp
 def _panels(p: _Plan, at: _Block) -> S.Stmt:
     """The block's column panels of B, and on each its register tiles of C: each runs the
     :func:`_tile` of its kind, and with ``PF`` asks for the chunk of B read after this one."""
-    M, N, K, KC, KB, MR, NR, BAND_M, NC, TILES, PF = (p.M, p.N, p.K, p.KC, p.KB, p.MR, p.NR, p.BAND_M,
-                                                      p.NC, p.TILES, p.PF)
+    M, N, K, KC, KB, MR, NR, MC, NC, TILES, PF = p.M, p.N, p.K, p.KC, p.KB, p.MR, p.NR, p.MC, p.NC, p.TILES, p.PF
+    M_OUTER, TILE_ROWS = p.M_OUTER, p.TILE_ROWS
     EXACT = not isinstance(M, int) and p.config.exact_rows
     WHOLE, PART = [t for t in TILES if not t[2]], [t for t in TILES if t[2]]
-    m_lo, m0, mm, n0, nn, n_hi, kb, k0, kn = at.m_lo, at.m0, at.mm, at.n0, at.nn, at.n_hi, at.kb, at.k0, at.kn
+    m_lo, m0, mm, m_hi, n0, nn, n_hi = at.m_lo, at.m0, at.mm, at.m_hi, at.n0, at.nn, at.n_hi
+    kb, k0, kn = at.kb, at.k0, at.kn
 
     @_phase
     def panels():
@@ -479,15 +499,24 @@ def _panels(p: _Plan, at: _Block) -> S.Stmt:
             if PF:
                 "the B chunk read after this one: the next panel, or the first of the next K block or N block"
                 pf_last = jr + 1 == cdiv(nn, NR)
-                pf_next_n = kb + 1 == KB and n0 + NC < n_hi
-                pf_panel = n0 // NR + jr + 1 if not pf_last else (n0 + NC) // NR if pf_next_n else n0 // NR
-                pf_row = k0 if not pf_last else 0 if pf_next_n else k0 + KC
-                pf_rows = kn if not pf_last else min(KC, K) if pf_next_n else \
-                    (min(KC, K - k0 - KC) if kb + 1 < KB else 0)
+                if M_OUTER:  # after K's last block, K's first: of the next M block, or of the next N block
+                    pf_wrap = kb + 1 == KB
+                    pf_next_n = pf_wrap and m0 + MC >= m_hi and n0 + NC < n_hi
+                    pf_end = pf_wrap and m0 + MC >= m_hi and n0 + NC >= n_hi
+                    pf_panel = n0 // NR + jr + 1 if not pf_last else (n0 + NC) // NR if pf_next_n else n0 // NR
+                    pf_row = k0 if not pf_last else 0 if pf_wrap else k0 + KC
+                    pf_rows = kn if not pf_last else 0 if pf_end else min(KC, K) if pf_wrap else min(KC, K - k0 - KC)
+                else:
+                    pf_next_n = kb + 1 == KB and n0 + NC < n_hi
+                    pf_panel = n0 // NR + jr + 1 if not pf_last else (n0 + NC) // NR if pf_next_n else n0 // NR
+                    pf_row = k0 if not pf_last else 0 if pf_next_n else k0 + KC
+                    pf_rows = kn if not pf_last else min(KC, K) if pf_next_n else \
+                        (min(KC, K - k0 - KC) if kb + 1 < KB else 0)
                 pf_lines = cdiv(pf_rows * NR, LINE_FLOATS)
             pfs = (pf_panel, pf_row, pf_lines) if PF else None
             at_n_edge = n0 + jr * NR + NR > N
-            tiles0 = jr * cdiv(BAND_M, MR) + (m0 - m_lo) // MR  # the row of Cb of the block's first tile
+            # the row of Cb of the block's first tile
+            tiles0 = jr * TILE_ROWS if M_OUTER else jr * TILE_ROWS + (m0 - m_lo) // MR
             if EXACT:
                 for ir in range(mm // MR):  # the whole tiles, with no test of rows
                     for tmr, tnv, m_edge, n_edge in WHOLE:

@@ -731,13 +731,12 @@ def pad(x: Any, pads: Sequence[int], value: float = 0.0) -> Tensor:
     before, after = [0] * x.ndim, [0] * x.ndim
     for k in range(len(items) // 2):
         before[x.ndim - 1 - k], after[x.ndim - 1 - k] = items[2 * k], items[2 * k + 1]
-    target = [n + a + b for n, a, b in zip(x.shape, before, after)]
-    for d, s in enumerate(target):
-        if s < 0:
-            raise OpError(f"{op}(): 'pads'={items} crops dimension {d} of size {x.shape[d]} to the "
-                          f"negative size {s}")
+    for d, (n, b, a) in enumerate(zip(x.shape, before, after)):
+        if isinstance(n, int) and n + b + a < 0:  # (a symbolic size is not cropped here)
+            raise OpError(f"{op}(): 'pads'={items} crops dimension {d} of size {n} to the "
+                          f"negative size {n + b + a}")
     fill = _scalar(op, "value", value, x.dtype)
-    empty = 0 in x.shape
+    empty = any(isinstance(n, int) and n == 0 for n in x.shape)
 
     def build(X: TensorInput) -> GridCompute:
         shape = [s + (b + a) if b + a else s for s, b, a in zip(X.shape, before, after)]

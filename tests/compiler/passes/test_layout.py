@@ -89,6 +89,18 @@ def test_a_stem_by_runs_on_avx2():
     assert "by runs" in open(compiled.meta["source"]).read()
 
 
+def test_a_stem_with_a_symbolic_batch():
+    from taskloom.graph.tensor import Tensor, symbol
+    x = Tensor((symbol("batch"), 3, 15, 15), taskloom.ir.f32, name="x")
+    stem = ops.relu(ops.conv2d(x, const(16, 3, 7, 7), const(16), stride=2, padding=3))
+    y = ops.conv2d(ops.max_pool2d(stem, 3, 2, 1), const(16, 16, 3, 3), padding=1)
+    dynamic, static = taskloom.compile(Graph([x], [y])), taskloom.compile(Graph([x], [y]), layout="NCHW")
+    for batch in (1, 3):
+        arr = np.random.default_rng(batch).standard_normal((batch, 3, 15, 15)).astype(np.float32)
+        want = static(arr)
+        np.testing.assert_allclose(dynamic(arr), want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+
+
 def test_a_stem_alone_stays_nchw():
     x = input((1, 3, 12, 12), name="x")
     y = ops.relu(ops.conv2d(x, const(16, 3, 7, 7), stride=2, padding=3))

@@ -108,9 +108,19 @@ def tensor_input(name: str, dtype: T.DataType | str, shape: Sequence[Any]) -> Te
     return TensorInput(name, T.dtype(dtype)[tuple(shape)] if shape else TensorType(T.dtype(dtype), ()))
 
 
+def _dim(d: Any) -> E.Expr:
+    """A size as an expression, folded (``(56 + 2 - 3) // 1 + 1`` is 56): sizes computed from
+    a placeholder's are compared across nodes (which share a loop over rows)."""
+    d = E.as_expr(d)
+    if isinstance(d, (E.Constant, E.Var)):
+        return d
+    from taskloom.ir.arith import simplify_expr
+    return simplify_expr(d)
+
+
 def compute(name: str, shape: Sequence[Any], fn: Callable[..., Any]) -> GridCompute:
     """The tensor ``out[i, j, ...] = fn(i, j, ...)`` over ``shape``."""
-    dims = tuple(E.as_expr(d) for d in shape)
+    dims = tuple(_dim(d) for d in shape)
     axes = _axes(fn, dims, "i")
     value = E.as_expr(fn(*axes))
     return GridCompute(name, dims, axes, value)
@@ -118,7 +128,7 @@ def compute(name: str, shape: Sequence[Any], fn: Callable[..., Any]) -> GridComp
 
 def reduce(shape: Sequence[Any], fn: Callable[..., Any], kind: str = "sum") -> ReduceCompute:
     """``kind`` of ``fn(k, ...)`` over the grid ``shape`` (sum, max, min, mean, prod, argmax, argmin)."""
-    dims = tuple(E.as_expr(d) for d in shape)
+    dims = tuple(_dim(d) for d in shape)
     axes = _axes(fn, dims, "k")
     return ReduceCompute(dims, axes, E.as_expr(fn(*axes)), kind)
 

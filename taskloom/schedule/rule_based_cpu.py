@@ -3,7 +3,8 @@ tensor program, with no schedule written for any operator (Hidet, section 5.1.3)
 
 The rules:
 - Outputs and nodes holding a reduction are materialized; every other node is inlined
-  into its readers.
+  into its readers, and so is a reduction that one reader reads only at its own index (an
+  activation after a pooling or depthwise window).
 - When all materialized nodes share leading axes and read each other only at those axes
   (softmax, layer_norm: row by row), one parallel loop runs over the shared axes and the
   nodes run one after another inside it, their intermediates in small per-row buffers
@@ -28,7 +29,7 @@ from taskloom.ir import stmt as S
 from taskloom.ir.compute import GridCompute, ReduceCompute, Task
 from taskloom.ir.dtypes import DataType, TensorType, float32, index_type_for
 from taskloom.ir.functor import Rewriter, collect, substitute
-from taskloom.ir.index import max_elements, prod, unravel
+from taskloom.ir.index import is_unit, max_elements, prod, unravel
 from taskloom.schedule.interior import interior
 from taskloom.schedule.vectorize import vectorize_expr
 from taskloom.target.cpu import CpuTarget
@@ -106,13 +107,27 @@ def _materialized(task: Task, shared_reads: bool) -> list[GridCompute]:
     which beats writing and reading a buffer."""
     outs = set(task.outputs)
     nodes = task.computes()
-    readers: dict[GridCompute, int] = {}
+    readers: dict[GridCompute, list[GridCompute]] = {}
     for n in nodes:
         for t in {el.tensor for el in collect(n.value, E.TensorElement)}:  # type: ignore[attr-defined]
             if isinstance(t, GridCompute):
-                readers[t] = readers.get(t, 0) + 1
-    return [c for c in nodes if c in outs or collect(c.value, ReduceCompute)
-            or (shared_reads and readers.get(c, 0) > 1 and collect(c.value, E.Call))]
+                readers.setdefault(t, []).append(n)
+    return [c for c in nodes if c in outs or (collect(c.value, ReduceCompute) and not _read_in_place(c, readers))
+            or (shared_reads and len(readers.get(c, [])) > 1 and collect(c.value, E.Call))]
+
+
+def _read_in_place(c: GridCompute, readers: dict[GridCompute, list[GridCompute]]) -> bool:
+    """Whether ``c``'s one reader reads it only at its own index, over the same grid (an
+    activation after a pooling or depthwise window): ``c`` then computes inside the reader's
+    loop, an element at a time, with no buffer between them."""
+    (reader, *more) = readers.get(c, [None])
+    if reader is None or more or tuple(reader.shape) != tuple(c.shape):
+        return False
+
+    def own(i: E.Expr, axis: E.Var, extent: E.Expr) -> bool:  # (a unit axis may be read at 0)
+        return i == axis or (is_unit(extent) and E.is_const(i, 0))
+    return all(el.tensor is not c or all(map(own, el.indices, reader.axes, reader.shape))  # type: ignore[attr-defined]
+               for el in collect(reader.value, E.TensorElement))
 
 
 def _shared_prefix(nodes: list[GridCompute]) -> int:

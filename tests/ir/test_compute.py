@@ -276,6 +276,14 @@ def test_symbolic_shapes():
     assert Task("inc", [A], [C]).symbols() == [M]
 
 
+def test_sizes_computed_from_other_sizes_are_folded():
+    """A convolution's output size from its input's (``(56 + 2 - 3) // 1 + 1``) is 56, so
+    that nodes over the same grid compare equal; a symbolic size keeps its symbol."""
+    H, S = const(56), var("S")
+    C = compute("C", [(H + 2 - 3) // 1 + 1, S + 1 - 1], lambda i, j: i + j)
+    assert C.shape == (const(56), S)
+
+
 def test_symbols_in_order_of_first_appearance():
     N, M, K, P = var("N"), var("M"), var("K"), var("P")
     A = tensor_input("A", f32, [N, M])

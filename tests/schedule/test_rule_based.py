@@ -218,3 +218,27 @@ def test_strided_windows_gather_and_check_only_the_edges(spec, stride, pad, k):
         xp = np.pad(x, ((0, 0), (pad, pad)), constant_values=-np.inf)
         ref = np.stack([[row[stride * j:stride * j + k].max() for j in range(n)] for row in xp])
         np.testing.assert_array_equal(y, ref)
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_an_activation_after_a_window_is_computed_in_its_loop(batch):
+    """A depthwise window read by its activation only at its own index runs inside the
+    activation's loop (one parallel nest, no buffer), over every row even at batch 1 with
+    the batch symbolic."""
+    import taskloom
+    from taskloom import ops
+    from taskloom.graph import Graph
+    from taskloom.graph.tensor import Tensor, symbol
+    w = rng.standard_normal((3, 3, 1, 32)).astype(np.float32)
+    shape = (symbol("batch") if batch == 2 else 1, 24, 24, 32)
+    x = Tensor(shape, f32, name="x")
+    y = ops.relu6(ops.conv2d(x, taskloom.asarray(w), padding=1, groups=32, layout="NHWC"))
+    compiled = taskloom.compile(Graph([x], [y]))
+    source = open(compiled.meta["source"]).read()
+    kernel = source[source.index("void k0_conv2d"):].split("\n}\n")[0]
+    assert kernel.count("#pragma omp parallel for") == 1 and "tl_scratch_take" not in kernel
+    X = rng.standard_normal((batch, 24, 24, 32)).astype(np.float32)
+    import torch
+    ref = torch.nn.functional.conv2d(torch.from_numpy(X).permute(0, 3, 1, 2), torch.from_numpy(w).permute(3, 2, 0, 1),
+                                     padding=1, groups=32).clamp(0, 6).permute(0, 2, 3, 1).numpy()
+    np.testing.assert_allclose(compiled(X), ref, rtol=1e-5, atol=1e-5)

@@ -14,6 +14,8 @@ The schedule lives in the program (GotoBLAS's loop nest, written with task mappi
 A weight B is packed into its panels at compile time instead, and when a model's weights
 outgrow the caches the slivers on one panel ask for the next one into L2 (``prefetch_b``):
 each panel then comes from memory, and the hardware prefetcher stops at every 4 KiB page.
+With no B block to reuse, such a kernel walks all of K for each block of MC rows, so that
+the partial sums between K blocks are one MC x NC block, not a core's whole band.
 
 Edges need no padding copies: rows past M are read as row M-1 and never stored, columns
 past N are packed as zeros and masked off when stored, and K's last block may be short
@@ -28,17 +30,18 @@ the micro-kernel broadcasts ``A[b, m, k]`` itself, and no A block is copied.
 The kernel is written in phases, each a piece of kernel script that a builder returns and
 the loop nest splices in where it runs (:func:`_phase`): :func:`_pack_b`, :func:`_pack_a`,
 then per column panel :func:`_panels`, and per register tile :func:`_tile` with the
-micro-kernel (:func:`_micro_kernel`), the prefetch of B's next chunk (:func:`_prefetch_b`)
-and the store of C or of the partial sums (:func:`_store_tile`). The measurements behind
+micro-kernel (:func:`_micro_kernel`), the prefetches of B's next chunk (:func:`_prefetch_b`)
+and of the next tile's lines of C (:func:`_prefetch_c`), and the store of C or of the partial sums (:func:`_store_tile`). The measurements behind
 the choices made here are in bench/results/2026-11-25-design-measurements.md.
 
 The template reads its operands only through the packing loops (scalar element reads of
 ``A[b, m, k]`` and ``B[b, k, n]``, copied a vector at a time, each copy starting at a
 multiple of the vector length: the ``pack_aligned`` attribute), or by element or vector in
 the micro-kernel when it reads one in place, and writes C only through the micro-kernel's
-final vector stores (it may ask for a line of C ahead of them: a prefetch). That is the whole contract post-scheduling fusion needs
-(:mod:`taskloom.schedule.post_fusion`): it replaces those reads with the group's prologue
-and those stores with its epilogue, so the template knows nothing about fusion. Partial
+final vector stores (it may ask for a line of C ahead of them: a prefetch). That is the
+whole contract post-scheduling fusion needs (:mod:`taskloom.schedule.post_fusion`): it
+replaces those reads with the group's prologue and those stores with its epilogue, so the
+template knows nothing about fusion. Partial
 sums of an output tile when K spans several blocks live in a per-core buffer, never in C.
 """
 from __future__ import annotations

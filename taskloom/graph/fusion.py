@@ -13,7 +13,7 @@ the group, it now reads that tensor's definition, so no intermediate buffer exis
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from taskloom.graph.graph import Graph, Node
 from taskloom.graph.tensor import Tensor
@@ -140,7 +140,7 @@ def _moves_innermost(n: Node) -> bool:
     return dims is not None and len(dims) > 0 and dims[-1] != len(dims) - 1
 
 
-def _read_through_window(t: Tensor, consumers: dict[int, list[Node]], inside: Any) -> bool:
+def _read_through_window(t: Tensor, consumers: dict[int, list[Node]], inside: Callable[[Node], bool]) -> bool:
     """Whether a node that ``inside`` accepts reads ``t`` through a sliding window, directly
     or through injective nodes it accepts (a pad that already joined the convolution)."""
     for c in consumers.get(id(t), []):

@@ -188,7 +188,7 @@ class _Fuse(Rewriter):
         for e in collect(self.epilogue, E.TensorElement):
             if c.vm in E.free_vars(e.indices[0]):
                 at = tuple(simplify_expr(substitute(i, {c.vb: b, c.vm: m, c.vn: n})) for i in e.indices)
-                asks.setdefault((e.tensor.name, *map(str, at)), S.Prefetch(e.tensor, at))
+                asks.setdefault((e.tensor, at), S.Prefetch(e.tensor, at))
         return S.seq(list(asks.values()))
 
     def visit_BufferStore(self, s: S.BufferStore) -> S.Stmt:

@@ -230,3 +230,20 @@ def test_matmuls_with_symbolic_rows_build_variants_and_each_is_right():
     for n in (1, 7, 9, 21, 70, 600, 5000):
         v = RNG.standard_normal((n, 256)).astype(np.float32)
         np.testing.assert_allclose(compiled(v), v @ w.T, rtol=1e-4, atol=1e-4)
+
+
+def test_exact_last_rows_carry_the_fused_epilogue_at_every_count():
+    """The exact-rows variant sums a block's last rows in the tile of their count and stores
+    them in one loop, where fusion puts the epilogue (bias, residual, relu); with K in several
+    blocks the partial sums pass through that loop too. Every count of last rows a tile can
+    leave is checked against numpy."""
+    rows = symbol("rows")
+    x, r = Tensor((rows, 1024), T.float32, name="x"), Tensor((rows, 40), T.float32, name="r")
+    w = (RNG.standard_normal((40, 1024)) * 0.03).astype(np.float32)
+    b = RNG.standard_normal(40).astype(np.float32)
+    y = ops.relu(ops.add(ops.linear(x, taskloom.asarray(w), taskloom.asarray(b)), r))
+    compiled = taskloom.compile(Graph([x, r], [y]), dynamic={"rows": (1, 64)})
+    assert any("exact last rows" in s for k in compiled.meta["kernels"] for s in k["schedule"].split("; "))
+    for n in range(1, 30):
+        xv, rv = RNG.standard_normal((n, 1024)).astype(np.float32), RNG.standard_normal((n, 40)).astype(np.float32)
+        np.testing.assert_allclose(compiled(xv, rv), np.maximum(xv @ w.T + b + rv, 0), rtol=1e-4, atol=1e-4)

@@ -270,8 +270,9 @@ class _Plan:
         rows. A static M has at most one edge kind. A symbolic M has, with ``exact_rows``, every
         ``r`` below ``MR``, the one for a call's last rows chosen at run time (with 8-row tiles,
         21 rows would otherwise cost 24 rows' FMAs; tiles of the count's binary digits, 4 and
-        1, cost a pass over B each, which a few rows feel); without, only full tiles, the last
-        one's rows past M reading row M - 1 (never stored)."""
+        1, cost a pass over B each, which a few rows feel), all storing through one loop
+        (:func:`_last_rows`); without, only full tiles, the last one's rows past M reading
+        row M - 1 (never stored)."""
         if not isinstance(self.M, int):
             if self.config.exact_rows:
                 return (0, *range(1, self.MR))
@@ -492,7 +493,7 @@ def _panels(p: _Plan, at: _Block) -> S.Stmt:
     M, N, K, KC, KB, MR, NR, MC, NC, TILES, PF = p.M, p.N, p.K, p.KC, p.KB, p.MR, p.NR, p.MC, p.NC, p.TILES, p.PF
     M_OUTER, TILE_ROWS = p.M_OUTER, p.TILE_ROWS
     EXACT = not isinstance(M, int) and p.config.exact_rows
-    WHOLE, PART = [t for t in TILES if not t[2]], [t for t in TILES if t[2]]
+    WHOLE = [t for t in TILES if not t[2]]
     m_lo, m0, mm, m_hi, n0, nn, n_hi = at.m_lo, at.m0, at.mm, at.m_hi, at.n0, at.nn, at.n_hi
     kb, k0, kn = at.kb, at.k0, at.kn
 
@@ -525,10 +526,9 @@ def _panels(p: _Plan, at: _Block) -> S.Stmt:
                     for tmr, tnv, m_edge, n_edge in WHOLE:
                         if _tile_case(p, True, at_n_edge, n_edge):
                             _tile(p, at, jr, ir, tiles0 + ir, pfs, tmr, tnv, n_edge)
-                "the block's last rows, fewer than a tile: the tile of their count"
-                for tmr, tnv, m_edge, n_edge in PART:
-                    if _tile_case(p, E.eq(mm % MR, m_edge), at_n_edge, n_edge):
-                        _tile(p, at, jr, mm // MR, tiles0 + mm // MR, pfs, tmr, tnv, True)
+                for tmr, tnv, m_edge, n_edge in WHOLE:
+                    if _tile_case(p, True, at_n_edge, n_edge):
+                        _last_rows(p, at, jr, tiles0 + mm // MR, pfs, tnv, n_edge)
             else:
                 for ir in range(cdiv(mm, MR)):
                     at_m_edge = m0 + ir * MR + MR > M
@@ -537,6 +537,55 @@ def _panels(p: _Plan, at: _Block) -> S.Stmt:
                             _tile(p, at, jr, ir, tiles0 + ir, pfs, tmr, tnv, bool(m_edge) or n_edge,
                                   bool(m_edge) and p.CLAMP_ROWS)
     return panels
+
+
+def _last_rows(p: _Plan, at: _Block, jr: E.Expr, tile: E.Expr, pf: tuple | None, tnv: int,
+               n_edge: bool) -> S.Stmt:
+    """An ``exact_rows`` block's last ``mm % MR`` rows, fewer than a tile: the micro-kernel
+    of their count, its sums put in a tile on the stack, then one loop over those rows that
+    adds the partial sums and stores. The epilogue fusion puts in that store is then written
+    once rather than once per count (it was most of such a kernel's code and build time)."""
+    L, MR, HEIGHTS = p.L, p.MR, p.M_EDGES[1:]
+    mm, ir = at.mm, at.mm // p.MR
+    fvec = vec(f32, L)
+
+    @_phase
+    def last_rows():
+        "the block's last rows, fewer than a tile: the tile of their count, its sums through the stack"
+        rest = local_tensor(f32, [MR - 1, tnv * L])
+        for h in HEIGHTS:
+            if mm % MR == h:
+                acc = register_tensor(fvec, [h, tnv])
+                for i, v in repeat(h, tnv).on(0):
+                    acc[i, v] = broadcast(0.0, L)
+                _micro_kernel(p, at, jr, ir, pf, acc, h, tnv)
+                _prefetch_rest(p, at, ir, pf)
+                for i, v in repeat(h, tnv).on(0):
+                    vstore(rest[i, v * L], acc[i, v])
+        _store_rows(p, at, jr, tile, rest, tnv, n_edge)
+    return last_rows
+
+
+def _store_rows(p: _Plan, at: _Block, jr: E.Expr, tile: E.Expr, rest: E.Var, tnv: int, n_edge: bool) -> S.Stmt:
+    """:func:`_store_tile` for the block's last ``mm % MR`` rows, their sums in ``rest``: a
+    loop over the rows, so that the epilogue fusion puts here is written once."""
+    L, MR, NR, KB = p.L, p.MR, p.NR, p.KB
+    C, Cb, b, m0, mm, n0, n_hi, kb = at.C, at.Cb, at.b, at.m0, at.mm, at.n0, at.n_hi, at.kb
+
+    @_phase
+    def store_rows():
+        if n_edge:
+            "a tile at C's last columns: only its real vectors"
+        for i in range(mm % MR):
+            for v in unroll(tnv):
+                if kb > 0:
+                    vstore(rest[i, v * L], vload(rest[i, v * L], L) + vload(Cb[tile, i * NR + v * L], L))
+                if kb == KB - 1:
+                    n = n0 + jr * NR + v * L
+                    vstore(C[b, m0 + mm // MR * MR + i, n], vload(rest[i, v * L], L), max(min(n_hi - n, L), 0))
+                else:
+                    vstore(Cb[tile, i * NR + v * L], vload(rest[i, v * L], L))
+    return store_rows
 
 
 def _edge_case(edges: tuple, at_edge: E.Expr, edge: Any) -> E.Expr | bool:
@@ -556,8 +605,7 @@ def _tile(p: _Plan, at: _Block, jr: E.Expr, ir: E.Expr, tile: E.Expr, pf: tuple 
     zero, the micro-kernel over the K block, the rest of B's next chunk after a short last
     block, and the store into C or into row ``tile`` of the partial sums. ``clamp_rows``: a
     full tile at a symbolic M's last rows, reading rows past M as row M - 1."""
-    L, KC, kn = p.L, p.KC, at.kn
-    PF_REST = p.PF and p.K % p.KC != 0  # (a prefetching kernel has B prepacked: K is an int)
+    L = p.L
     fvec = vec(f32, L)
 
     @_phase
@@ -571,12 +619,24 @@ def _tile(p: _Plan, at: _Block, jr: E.Expr, ir: E.Expr, tile: E.Expr, pf: tuple 
         for i, v in repeat(tmr, tnv).on(0):
             acc[i, v] = broadcast(0.0, L)
         _micro_kernel(p, at, jr, ir, pf, acc, tmr, tnv, clamp_rows)
-        if PF_REST:
-            "K's short last block has fewer steps than the next chunk's lines: ask for the rest"
-            for t in range(KC - kn):
-                _prefetch_b(p, at, ir, kn + t, pf)
+        _prefetch_rest(p, at, ir, pf)
         _store_tile(p, at, jr, ir, tile, acc, tmr, tnv)
     return register_tile
+
+
+def _prefetch_rest(p: _Plan, at: _Block, ir: E.Expr, pf: tuple | None) -> S.Stmt:
+    """After tile ``ir``'s k loop over K's short last block, the prefetches of the steps it
+    did not take (the next chunk has more lines than the block steps); nothing otherwise."""
+    KC, kn = p.KC, at.kn
+    if not (p.PF and p.K % p.KC != 0):  # (a prefetching kernel has B prepacked: K is an int)
+        return S.seq([])
+
+    @_phase
+    def prefetch_rest():
+        "K's short last block has fewer steps than the next chunk's lines: ask for the rest"
+        for t in range(KC - kn):
+            _prefetch_b(p, at, ir, kn + t, pf)
+    return prefetch_rest
 
 
 def _micro_kernel(p: _Plan, at: _Block, jr: E.Expr, ir: E.Expr, pf: tuple | None, acc: E.Var,

@@ -49,7 +49,8 @@ class Node:
 
     def __getstate__(self) -> dict[str, Any]:
         # the cached hash is not pickled: string hashes differ from one process to the next
-        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+        # (nor the cached variables, which a reader finds again)
+        return {k: v for k, v in self.__dict__.items() if k not in ("_hash", "_vars")}
 
     #: A node that names a tensor defined elsewhere (a task input or a compute node) is a
     #: leaf for traversal: walking an expression never enters another tensor's definition.

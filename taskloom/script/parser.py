@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import inspect
 import re
 import sys
@@ -633,7 +634,7 @@ def parse_source(source: str, env: dict[str, Any] | None = None, filename: str =
     """
     source = textwrap.dedent(source)
     try:
-        tree = ast.parse(source)
+        tree = _syntax_tree(source)
     except SyntaxError as e:
         raise ScriptError(f"invalid Python syntax: {e.msg}", filename,
                           (e.lineno or 0) + line_offset, e.text) from None
@@ -647,22 +648,35 @@ def parse_source(source: str, env: dict[str, Any] | None = None, filename: str =
     return parser.function(fdef, kind, opts, name)
 
 
+@functools.lru_cache(maxsize=1024)
+def _syntax_tree(source: str) -> ast.Module:
+    """``source`` parsed (kept: a template's phases are parsed again for every kernel built
+    from them, with new values for their names; the parser never changes a tree)."""
+    return ast.parse(source)
+
+
+@functools.lru_cache(maxsize=1024)
+def _source_lines(code: Any) -> tuple[str, int, str]:
+    """The source text of a function's code, its first line and its file (kept, as above)."""
+    lines, start = inspect.getsourcelines(code)
+    return "".join(lines), start, inspect.getsourcefile(code) or "<kernel>"
+
+
 def parse_function(fn: Callable, defining_locals: dict[str, Any] | None = None, **options: Any) -> S.Function:
     """Parses a Python function object; its globals and closure are the parse-time environment,
     with ``defining_locals`` (the locals where it was defined) between them: a name used only
     in an annotation is no closure variable (annotations are not evaluated under
     ``from __future__ import annotations``), yet ``x: f32[SHAPE]`` must find ``SHAPE``."""
     try:
-        lines, start = inspect.getsourcelines(fn)
-        filename = inspect.getsourcefile(fn) or "<kernel>"
-    except (OSError, TypeError) as e:
+        source, start, filename = _source_lines(fn.__code__)
+    except (OSError, TypeError, AttributeError) as e:
         raise ScriptError(f"cannot read the source of {getattr(fn, '__name__', fn)!r}: {e}") from None
     env = dict(fn.__globals__)
     env.update(defining_locals or {})
     if fn.__closure__:
         env.update({n: c.cell_contents for n, c in zip(fn.__code__.co_freevars, fn.__closure__)
                     if _cell_filled(c)})
-    return parse_source("".join(lines), env, filename, start - 1, **options)
+    return parse_source(source, env, filename, start - 1, **options)
 
 
 def _cell_filled(cell: Any) -> bool:

@@ -27,23 +27,21 @@ _MAX_REWRITES = 100
 
 class ExprSimplifier:
     """Simplifies expressions bottom-up with :data:`RULES`, under the ranges known to
-    ``bounds``; results are cached until those ranges change."""
+    ``bounds``; results are cached under the facts known about their variables."""
 
     def __init__(self, bounds: BoundAnalyzer):
         self.bounds = bounds
-        self._memo: dict[Expr, Expr] = {}
-        self._version = bounds.version
+        self._memo: dict[tuple[Expr, tuple], Expr] = {}
 
     def simplify(self, e: Expr) -> Expr:
         if isinstance(e, (Var, Constant)):
             return e
-        if self._version != self.bounds.version:
-            self._memo.clear()
-            self._version = self.bounds.version
-        hit = self._memo.get(e)
+        key = (e, self.bounds.facts(e))
+        hit = self._memo.get(key)
         if hit is None:
-            hit = self._memo[e] = self._rewrite(e)
-            self._memo.setdefault(hit, hit)
+            hit = self._memo[key] = self._rewrite(e)
+            if not isinstance(hit, (Var, Constant)):
+                self._memo.setdefault((hit, self.bounds.facts(hit)), hit)
         return hit
 
     def _rewrite(self, e: Expr) -> Expr:

@@ -15,6 +15,7 @@ from typing import Mapping
 
 from taskloom.ir.dtypes import DataType
 from taskloom.ir.expr import Binary, Cast, Constant, Expr, IndexCheck, Select, Unary, Var
+from taskloom.ir.node import Node
 
 Bound = int | None
 Interval = tuple[Bound, Bound]
@@ -138,18 +139,32 @@ _BINARY = {"add": _add, "sub": lambda a, b: _add(a, _neg(b)), "mul": _mul, "div"
            "min": _min, "max": _max}
 
 
+def scope_vars(e: Node) -> tuple[Var, ...]:
+    """The variables ``e`` mentions, ordered by name: what its range and its simplified form
+    depend on (kept on the node, as its hash is)."""
+    vs = e.__dict__.get("_vars")
+    if vs is None:
+        if isinstance(e, Var):
+            vs = (e,)
+        else:
+            found = {v for c in e.children() for v in scope_vars(c)}
+            vs = tuple(sorted(found, key=lambda v: (v.name, str(v.type)))) if len(found) > 1 else tuple(found)
+        object.__setattr__(e, "_vars", vs)
+    return vs
+
+
 class BoundAnalyzer:
     """Ranges of integer expressions under scoped facts about variables.
 
-    ``push(v, lo, hi)`` states that ``v`` lies in ``[lo, hi]`` until the matching ``pop(v)``;
-    ``version`` changes with every push and pop, so callers can tell when results they
-    cached may have gone stale.
+    ``push(v, lo, hi)`` states that ``v`` lies in ``[lo, hi]`` until the matching ``pop(v)``.
+    What is known of an expression depends only on the facts about its variables
+    (:meth:`facts`): results cached under them stay right when facts about other variables
+    come and go (a kernel's loops bind the same names many times over).
     """
 
     def __init__(self, bounds: Mapping[Var, tuple[int | None, int | None]] | None = None):
         self._facts: dict[Var, list[tuple[Interval, Expr | None]]] = {}
-        self._cache: dict[Expr, Interval] = {}
-        self.version = 0
+        self._cache: dict[tuple[Expr, tuple], Interval] = {}
         for v, (lo, hi) in (bounds or {}).items():
             self.push(v, lo, hi)
 
@@ -157,7 +172,6 @@ class BoundAnalyzer:
         """From now on ``v`` lies in ``[lo, hi]``; ``extent`` names the loop bound when ``v``
         is a loop variable (so ``v < extent`` is known even when the extent is symbolic)."""
         self._facts.setdefault(v, []).append(((lo, hi), extent))
-        self._changed()
 
     def pop(self, v: Var) -> None:
         """Forgets the latest fact pushed for ``v``."""
@@ -165,11 +179,11 @@ class BoundAnalyzer:
         stack.pop()
         if not stack:
             del self._facts[v]
-        self._changed()
 
-    def _changed(self) -> None:
-        self._cache.clear()
-        self.version += 1
+    def facts(self, e: Expr) -> tuple:
+        """The facts in force about each of ``e``'s variables (None where there are none)."""
+        facts = self._facts
+        return tuple(stack[-1] if (stack := facts.get(v)) else None for v in scope_vars(e))
 
     def loop_extent(self, v: Var) -> Expr | None:
         """The extent of the loop that binds ``v``, if ``v`` is a loop variable in scope."""
@@ -178,12 +192,15 @@ class BoundAnalyzer:
 
     def bound(self, e: Expr) -> Interval:
         """The range ``(lo, hi)`` of an integer expression; None marks an unknown end."""
-        hit = self._cache.get(e)
+        if isinstance(e, Constant):
+            return self._bound(e)
+        key = (e, self.facts(e))
+        hit = self._cache.get(key)
         if hit is None:
             hit = self._bound(e)
             if hit[0] is not None and hit[1] is not None and hit[0] > hit[1]:
                 hit = UNKNOWN  # only reachable through an undefined operation
-            self._cache[e] = hit
+            self._cache[key] = hit
         return hit
 
     def _bound(self, e: Expr) -> Interval:

@@ -16,6 +16,7 @@ from taskloom.errors import TaskloomError
 from taskloom.graph.graph import Graph
 from taskloom.ir import expr as E
 from taskloom.ir.dtypes import DataType
+from taskloom.compiler.collector import sparing_the_collector
 from taskloom.compiler.dynamic import graph_symbols, ladder, sample_points, shape_entries
 from taskloom.graph.tensor import Tensor
 from taskloom.graph.fusion import FusedGroup, fuse_graph
@@ -36,6 +37,7 @@ def _nbytes(t: Tensor) -> int:
     return n
 
 
+@sparing_the_collector
 def compile_graph(graph: Graph, target: Target | str | None = None, *, tune: int = 0, fuse: bool = True,
                   optimize: bool = True, verbose: bool = False, budget: str | float | None = None,
                   layout: str = "auto", device: str | None = None,

@@ -112,6 +112,10 @@ LARGEST_SAMPLE = 4096
 #: for each count of last rows (``MatmulConfig.exact_rows``): below it, a full last tile's
 #: dropped rows cost 6% or more of the FMAs on average; above it, the code is not worth it.
 FEW_ROWS_TILES = 8
+#: A CPU matmul's variants keep every sample point within this much of the model's own pick
+#: there: the model's smaller differences between its top configs did not show when the
+#: kernels were timed (bench/results/2026-11-28-dynamic-variants.md).
+CPU_VARIANT_GAIN = 0.10
 
 
 def schedule_variants(task: Task, target: Target, points: Sequence[Mapping[str, int]], name: str,
@@ -139,7 +143,7 @@ def schedule_variants(task: Task, target: Target, points: Sequence[Mapping[str, 
 
     def cost(k: int, c: Any) -> float:
         return _predicted(shapes[k], c, target, t.pack, t.a_stride)
-    kept, table = choose_variants(configs, cost)
+    kept, table = choose_variants(configs, cost, CPU_VARIANT_GAIN)
     if t.workload.endswith("/prepacked") and len({c.nv for c in kept}) > 1:
         # B is a weight packed in panels as wide as the tile: so that it is packed once, not
         # once per variant, every variant takes one width, the one predicted to lose least
@@ -149,7 +153,8 @@ def schedule_variants(task: Task, target: Target, points: Sequence[Mapping[str, 
 
         def loss(nv: int) -> float:
             return sum(math.log(cost(k, c) / cost(k, best)) for k, (c, best) in enumerate(zip(at_width(nv), configs)))
-        kept, table = choose_variants(at_width(min(sorted({c.nv for c in configs}), key=loss)), cost)
+        width = min(sorted({c.nv for c in configs}), key=loss)
+        kept, table = choose_variants(at_width(width), cost, CPU_VARIANT_GAIN)
     if not isinstance(t.con.shape[1], int):  # a variant serving a few rows computes none past M
         few = {table[k] for k, s in enumerate(shapes) if s[1] <= FEW_ROWS_TILES * kept[table[k]].mr}
         kept = [dataclasses.replace(c, exact_rows=True) if v in few and c.mr > 1 else c for v, c in enumerate(kept)]

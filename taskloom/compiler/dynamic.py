@@ -6,8 +6,8 @@ values as size arguments, so one kernel serves every size; but the config that i
 for 16 rows is not the one for 4096 (a 1 x 2 grid of cores against 2 x 1, a smaller
 tile). So each symbol gets a ladder of sample values in its range (:data:`LADDER`), each
 template kernel is scheduled at every point of the ladders' product, and each distinct
-config the analytic model chooses may become a variant of the kernel: at most
-:data:`MAX_VARIANTS`, and a second or third only where the model predicts it pays
+config the analytic model chooses may become a variant of the kernel: the fewest, at most
+:data:`MAX_VARIANTS`, that the model predicts keep every sample point near its own best
 (:func:`choose_variants`). A call's sizes pick a point (the nearest rung of each ladder, in
 ratio), and each kernel runs the variant chosen there: a table lookup per new set of
 sizes, no recompile.
@@ -31,8 +31,8 @@ DEFAULT_RANGE = (1, 2 ** 31 - 1)
 LADDER = (1, 8, 64, 512, 4096)
 #: The most variants of one kernel: each is compiled, so each costs compile time.
 MAX_VARIANTS = 3
-#: A further variant is built only where the model predicts it makes some sample point at
-#: least this much faster than the variants kept before it.
+#: Variants are built until the model predicts every sample point within this much of its
+#: own best config (a caller whose model resolves less passes a larger ``gain``).
 VARIANT_GAIN = 0.05
 
 
@@ -110,34 +110,37 @@ def evaluate(shape: Sequence[Any], point: Mapping[str, int]) -> tuple[int, ...]:
     return tuple(out)
 
 
-def choose_variants(configs: Sequence[Any], cost: Callable[[int, Any], float] | None = None
-                    ) -> tuple[list[Any], list[int]]:
+def choose_variants(configs: Sequence[Any], cost: Callable[[int, Any], float] | None = None,
+                    gain: float = VARIANT_GAIN) -> tuple[list[Any], list[int]]:
     """The variants to build from the config chosen at each sample point (in point order),
     and each point's variant, listed in the order their configs are first chosen.
 
-    With ``cost(k, config)``, the predicted seconds of a config at point ``k``: first the one
-    config that serves all points best (least total slowdown against each point's own
-    choice), then, while some point would still run more than :data:`VARIANT_GAIN` slower
-    than its own choice, the config that cuts the total slowdown most; each point runs the
-    kept variant predicted fastest there. Without ``cost``: the :data:`MAX_VARIANTS` configs
-    chosen most often, a point whose config is not among them taking the variant of the
-    nearest point (in order) whose config is."""
+    With ``cost(k, config)``, the predicted seconds of a config at point ``k``: the fewest
+    configs (at most :data:`MAX_VARIANTS`) that keep every point within ``gain`` (a
+    fraction) of its own choice, and of those sets the one whose worst point falls least behind (then
+    the least in total); each point runs the kept variant predicted fastest there. Where no
+    set of :data:`MAX_VARIANTS` keeps every point that close, the one that falls least behind.
+    Without ``cost``: the :data:`MAX_VARIANTS` configs chosen most often, a point whose
+    config is not among them taking the variant of the nearest point (in order) whose config is."""
     distinct = list(dict.fromkeys(configs))
     if cost is None:
         return _most_chosen(configs, distinct)
     times = {c: [cost(k, c) for k in range(len(configs))] for c in distinct}
     own = [times[c][k] for k, c in enumerate(configs)]
 
-    def slowdown(kept: list[Any]) -> list[float]:
-        return [min(times[c][k] for c in kept) / own[k] for k in range(len(configs))]
+    def behind(kept: tuple[Any, ...]) -> tuple[float, float]:
+        """The worst point's slowdown with ``kept``, then the total (geometric)."""
+        slow = [min(times[c][k] for c in kept) / own[k] for k in range(len(configs))]
+        return max(slow), sum(math.log(r) for r in slow)
 
-    kept: list[Any] = []
-    while len(kept) < MAX_VARIANTS and (not kept or max(slowdown(kept)) > 1 + VARIANT_GAIN):
-        kept.append(min((c for c in distinct if c not in kept),
-                        key=lambda c: sum(math.log(r) for r in slowdown([*kept, c]))))
-    kept.sort(key=distinct.index)
-    table = [min(range(len(kept)), key=lambda v: (times[kept[v]][k], v)) for k in range(len(configs))]
-    return kept, table
+    for n in range(1, min(MAX_VARIANTS, len(distinct)) + 1):
+        best = min(itertools.combinations(distinct, n), key=behind)
+        if behind(best)[0] <= 1 + gain:
+            break
+    def serving(kept: list[Any]) -> list[int]:
+        return [min(range(len(kept)), key=lambda v: (times[kept[v]][k], v)) for k in range(len(configs))]
+    kept = [c for v, c in enumerate(best) if v in serving(list(best))]  # (a fallback set may hold an idle one)
+    return kept, serving(kept)
 
 
 def _most_chosen(configs: Sequence[Any], distinct: list[Any]) -> tuple[list[Any], list[int]]:

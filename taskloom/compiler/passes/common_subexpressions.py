@@ -11,10 +11,17 @@ from __future__ import annotations
 
 import hashlib
 
+import numpy as np
+
 from taskloom.graph.graph import Graph, Node
 from taskloom.compiler.passes.rewrite import Rewrite, reapply, rewrite
 from taskloom.graph.tensor import Tensor
 from taskloom.ir.compute import Task
+
+
+#: Elements of a constant its fingerprint reads, spread over it: hashing every byte of a
+#: model's weights (half a gigabyte for GPT-2) took a second of each compile.
+SAMPLED = 4096
 
 
 class _Constants:
@@ -26,13 +33,25 @@ class _Constants:
     def canonical(self, t: Tensor) -> Tensor:
         if not t.is_concrete:
             return t
-        data = t.numpy().tobytes()
-        same = self._by_key.setdefault((t.dtype, t.shape, hashlib.sha256(data).digest()), [])
-        for c in same:
-            if c is t or c.numpy().tobytes() == data:
+        data = t.numpy()
+        same = self._by_key.setdefault((t.dtype, t.shape, _fingerprint(data)), [])
+        for c in same:  # equal fingerprints: the bytes decide (0.0 and -0.0 differ)
+            if c is t or _same_bytes(c.numpy(), data):
                 return c
         same.append(t)
         return t
+
+
+def _fingerprint(a: np.ndarray) -> bytes:
+    """A hash of ``SAMPLED`` elements spread over ``a`` and of its last ones."""
+    flat = a.reshape(-1)
+    sample = np.concatenate([flat[::max(1, flat.size // SAMPLED)], flat[-16:]])
+    return hashlib.sha256(sample.tobytes()).digest()
+
+
+def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    return a.shape == b.shape and a.dtype == b.dtype and bool(np.array_equal(a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8)))
 
 
 def eliminate_common_subexpressions(graph: Graph) -> Graph:

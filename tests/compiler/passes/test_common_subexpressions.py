@@ -1,10 +1,10 @@
 """Common subexpression elimination: equal tasks on the same inputs are computed once."""
 from __future__ import annotations
 
-import pytest
+import numpy as np
 
 import taskloom
-from taskloom import TaskloomError, ops
+from taskloom import ops
 from taskloom.graph import Graph, input
 from taskloom.compiler.passes import eliminate_common_subexpressions
 from tests.compiler.passes.helpers import assert_same_results, const, ops_of
@@ -71,3 +71,16 @@ def test_constants_with_equal_values_count_as_the_same_input():
     s = eliminate_common_subexpressions(g)
     assert ops_of(s) == ["linear", "relu", "sigmoid"] and s.constants == [w]
     assert_same_results(g, s)
+
+
+def test_constants_equal_where_sampled_but_not_in_every_byte_stay_apart():
+    # the fingerprint reads a sample of a large constant; the bytes decide the rest
+    x = input((3, 9000), name="x")
+    w = np.ones((2, 9000), np.float32)
+    other = w.copy()
+    other[1, 4321] = 2.0   # off the sample's stride
+    zeros, negative_zeros = np.zeros(9000, np.float32), np.full(9000, -0.0, np.float32)
+    outs = [ops.linear(x, taskloom.asarray(w)), ops.linear(x, taskloom.asarray(other)),
+            ops.add(x, taskloom.asarray(zeros)), ops.add(x, taskloom.asarray(negative_zeros))]
+    g = Graph([x], outs)
+    assert eliminate_common_subexpressions(g) is g

@@ -117,12 +117,15 @@ def choose_variants(configs: Sequence[Any], cost: Callable[[int, Any], float] | 
 
     With ``cost(k, config)``, the predicted seconds of a config at point ``k``: the fewest
     configs (at most :data:`MAX_VARIANTS`) that keep every point within ``gain`` (a
-    fraction) of its own choice, and of those sets the one whose worst point falls least behind (then
-    the least in total); each point runs the kept variant predicted fastest there. Where no
-    set of :data:`MAX_VARIANTS` keeps every point that close, the one that falls least behind.
+    fraction) of its own choice, and of those sets the one whose worst point falls least
+    behind (then the least in total); each point runs the kept variant predicted fastest
+    there. Where no set of :data:`MAX_VARIANTS` keeps every point that close, the one that
+    falls least behind.
     Without ``cost``: the :data:`MAX_VARIANTS` configs chosen most often, a point whose
     config is not among them taking the variant of the nearest point (in order) whose config is."""
     distinct = list(dict.fromkeys(configs))
+    if not distinct:
+        return [], []
     if cost is None:
         return _most_chosen(configs, distinct)
     times = {c: [cost(k, c) for k in range(len(configs))] for c in distinct}
@@ -137,6 +140,7 @@ def choose_variants(configs: Sequence[Any], cost: Callable[[int, Any], float] | 
         best = min(itertools.combinations(distinct, n), key=behind)
         if behind(best)[0] <= 1 + gain:
             break
+
     def serving(kept: list[Any]) -> list[int]:
         return [min(range(len(kept)), key=lambda v: (times[kept[v]][k], v)) for k in range(len(configs))]
     kept = [c for v, c in enumerate(best) if v in serving(list(best))]  # (a fallback set may hold an idle one)

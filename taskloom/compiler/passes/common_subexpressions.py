@@ -50,8 +50,10 @@ def _fingerprint(a: np.ndarray) -> bytes:
 
 
 def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
-    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
-    return a.shape == b.shape and a.dtype == b.dtype and bool(np.array_equal(a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8)))
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    a, b = np.ascontiguousarray(a).reshape(-1), np.ascontiguousarray(b).reshape(-1)
+    return bool(np.array_equal(a.view(np.uint8), b.view(np.uint8)))
 
 
 def eliminate_common_subexpressions(graph: Graph) -> Graph:

@@ -143,7 +143,8 @@ def choose_variants(configs: Sequence[Any], cost: Callable[[int, Any], float] | 
 
     def serving(kept: list[Any]) -> list[int]:
         return [min(range(len(kept)), key=lambda v: (times[kept[v]][k], v)) for k in range(len(configs))]
-    kept = [c for v, c in enumerate(best) if v in serving(list(best))]  # (a fallback set may hold an idle one)
+    used = set(serving(list(best)))
+    kept = [c for v, c in enumerate(best) if v in used]  # (a fallback set may hold an idle one)
     return kept, serving(kept)
 
 

@@ -1,20 +1,12 @@
-import os, sys, time, statistics, tempfile, contextlib
+import os, sys, time, statistics, tempfile
 os.environ.setdefault("TASKLOOM_CACHE_DIR", tempfile.mkdtemp())
 import torch; torch.set_num_threads(2)
-from unittest import mock
 import taskloom
-from taskloom.compiler import dynamic as dy
 from taskloom.bench import zoo
 from taskloom.bench.timing import time_rounds
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ab_variants_lib import old_choose
+from ab_variants_lib import patched
 name = sys.argv[1]; batches = [int(b) for b in sys.argv[2].split(",")]; rules = sys.argv[3].split(",")
-def patched(r):
-    st = contextlib.ExitStack()
-    if r == 'old': st.enter_context(mock.patch.object(dy, 'choose_variants', old_choose))
-    if r == 'one': st.enter_context(mock.patch.object(dy, 'MAX_VARIANTS', 1))
-    if r.startswith('gain'): st.enter_context(mock.patch.object(dy, 'VARIANT_GAIN', int(r[4:]) / 100))
-    return st
 model, ins = zoo.build(name, 1, 7, 0)
 systems = {}
 for r in rules:

@@ -1,4 +1,4 @@
-import os, sys, statistics, time
+import os, sys
 import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 from last_rows import _turns

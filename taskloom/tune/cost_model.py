@@ -424,14 +424,16 @@ def training_set(records: Records, target: CpuTarget, *, exclude: str | None = N
 
 
 class CostModel:
-    """A LightGBM lambdarank model over :data:`FEATURE_NAMES`; higher scores rank faster."""
+    """A LightGBM lambdarank model over :data:`FEATURE_NAMES` (or ``feature_names``, the GPU
+    ranker's); higher scores rank faster."""
 
-    def __init__(self, seed: int = 0):
+    def __init__(self, seed: int = 0, feature_names: Sequence[str] = FEATURE_NAMES):
         lgb = load_ranker()
         if lgb is None:
             raise ImportError("the learned cost model needs LightGBM: pip install 'taskloom[tune]'")
         self._lgb = lgb
         self.seed = seed
+        self.feature_names = list(feature_names)
         self.model: Any = None
 
     @property
@@ -450,7 +452,7 @@ class CostModel:
                   "deterministic": True, "num_threads": 1, "verbose": -1}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            train = self._lgb.Dataset(data.X, labels, group=data.groups, feature_name=list(FEATURE_NAMES),
+            train = self._lgb.Dataset(data.X, labels, group=data.groups, feature_name=self.feature_names,
                                       params={"verbose": -1})
             self.model = self._lgb.train(params, train, num_boost_round=150)
         return self

@@ -1,7 +1,8 @@
 """Tuning the GPU's tensor-core matmul template by measurement.
 
-``tune=2`` times every config of the template's space on the GPU, ``tune=1`` the analytic
-model's best ``LEVEL_1``; the configs of one contraction are built into one library (one
+``tune=2`` times every config of the template's space on the GPU, ``tune=1`` the best
+``LEVEL_1`` by the analytic model, re-ranked by a model learned from this architecture's
+records where there are any (:mod:`taskloom.tune.cuda_ranker`); the configs of one contraction are built into one library (one
 nvcc run) and each kernel is timed on random inputs. Every time lands in the tuning records
 (:mod:`taskloom.tune.records`) under the GPU's name as well as its architecture
 (``cuda-sm_90a/NVIDIA H100 80GB HBM3``): an H100's times are not an H200's. At ``tune=0`` a
@@ -19,9 +20,11 @@ from typing import Any, Callable, Sequence
 from taskloom.errors import TaskloomError
 from taskloom.ir import stmt as S
 from taskloom.schedule.cuda.matmul_mma import factor_type, read_layouts
-from taskloom.schedule.cuda.mma_model import TensorCoreConfig, config_from_dict, cycles, element_bytes, target_space
+from taskloom.schedule.cuda.mma_model import (TensorCoreConfig, config_from_dict, element_bytes, rank, sizes,
+                                              target_space)
 from taskloom.schedule.registry import Candidate
 from taskloom.target.cuda import CudaTarget
+from taskloom.tune.cuda_ranker import learned_order
 from taskloom.tune.records import Records
 
 #: configs ``tune=1`` measures: the model's best
@@ -55,11 +58,21 @@ def recorded_mma(con: Any, target: CudaTarget, records: Records | None = None) -
     return None if best is None else config_from_dict(best)
 
 
-def ranked_configs(con: Any, target: CudaTarget, level: int) -> list[TensorCoreConfig]:
-    """The configs ``level`` measures, the model's best first."""
+def ranked_configs(con: Any, target: CudaTarget, level: int,
+                   records: Records | None = None) -> tuple[list[TensorCoreConfig], str]:
+    """The configs ``level`` measures, and how they were chosen: at 2 the whole space, at 1
+    the first ``LEVEL_1`` in the analytic model's order (``tune=0``'s pick first), re-ranked
+    by the learned ranker where this architecture has records to train it
+    (:mod:`taskloom.tune.cuda_ranker`)."""
     nbytes = element_bytes(con, target)
-    configs = sorted(target_space(target, nbytes), key=lambda c: cycles(con, c, target, nbytes))
-    return configs[:LEVEL_1] if level == 1 else configs
+    configs = sorted(target_space(target, nbytes), key=lambda c: rank(con, c, target, nbytes))
+    if level != 1:
+        return configs, "the whole space"
+    learned = learned_order(sizes(con), configs, target, nbytes, records or Records.default())
+    if learned is None:
+        return configs[:LEVEL_1], "the analytic model's best"
+    order, gpus = learned
+    return order[:LEVEL_1], f"the best by the analytic model and a ranker trained on {', '.join(gpus)}'s records"
 
 
 def space_kernels(found: Candidate, configs: Sequence[TensorCoreConfig]) -> list[S.Function]:
@@ -72,10 +85,10 @@ def tune_mma(found: Candidate, target: CudaTarget, level: int, records: Records 
     """Measures ``level``'s configs of ``found`` on the GPU, records every time, and returns
     the fastest (the model's choice when none ran)."""
     con = found.tunable
-    configs = ranked_configs(con, target, level)
+    records = records or Records.default()
+    configs, chosen = ranked_configs(con, target, level, records)
     started = time.perf_counter()
     times = (timer or time_on_gpu)(space_kernels(found, configs), target)
-    records = records or Records.default()
     workload, where = mma_workload(con, target), records_target(target)
     for c, t in zip(configs, times):
         failed = isinstance(t, Exception)
@@ -84,7 +97,7 @@ def tune_mma(found: Candidate, target: CudaTarget, level: int, records: Records 
     ran = [(t, c) for c, t in zip(configs, times) if not isinstance(t, Exception)]
     if progress:
         best = f"{min(t for t, _ in ran) * 1e6:.1f} us" if ran else "none ran"
-        print(f"taskloom: tuned {workload} on {target.name}: {len(configs)} configs in "
+        print(f"taskloom: tuned {workload} on {target.name}: {len(configs)} configs ({chosen}) in "
               f"{time.perf_counter() - started:.1f} s, fastest {best}", flush=True)
     return min(ran, key=lambda tc: tc[0])[1] if ran else configs[0]
 

@@ -175,6 +175,15 @@ def blocks_per_sm(c: TensorCoreConfig, target: CudaTarget, element_bytes: int = 
 def cycles(con: "Contraction | Product", c: TensorCoreConfig, target: CudaTarget, element_bytes: int = 2) -> float:
     """The model's clock cycles for ``con`` with ``c`` on ``target``, its factors of
     ``element_bytes`` (4: tf32, at half the 16-bit rate); see the module docstring."""
+    return cycle_parts(con, c, target, element_bytes)["total"]
+
+
+def cycle_parts(con: "Contraction | Product", c: TensorCoreConfig, target: CudaTarget,
+                element_bytes: int = 2) -> dict[str, float]:
+    """:func:`cycles` and the parts it is the most of: a k-step's ``tensor``, ``alone``,
+    ``reads`` and ``latency`` bounds, the ``rounds`` of blocks the busiest SM runs and the
+    ``together`` it holds at once, the SM's ``sm`` cycles and the ``dram`` bound (what the
+    learned ranker reads as features, :mod:`taskloom.tune.cuda_ranker`)."""
     con = sizes(con)
     hw = hardware(target)
     wgmma = isinstance(c, WgmmaConfig)
@@ -189,11 +198,16 @@ def cycles(con: "Contraction | Product", c: TensorCoreConfig, target: CudaTarget
     alone = warp_step + (hw.wgmma_step_latency if wgmma else hw.step_latency)
     reads = together * (c.block_m + c.block_n) * c.block_k * element_bytes / hw.l2_bytes
     ahead = max(c.stages - (2 if wgmma else 1), 1)
-    step = max(tensor, alone, reads, hw.load_latency / ahead)
+    latency = hw.load_latency / ahead
+    step = max(tensor, alone, reads, latency)
     stores = together * c.block_m * c.block_n * element_bytes / hw.l2_bytes
-    sm = math.ceil(per_sm / together) * (hw.load_latency + steps * step + stores + hw.block_overhead)
+    rounds = math.ceil(per_sm / together)
+    sm = rounds * (hw.load_latency + steps * step + stores + hw.block_overhead)
     dram = (con.M * con.K + con.K * con.N + con.M * con.N) * con.batch * element_bytes
-    return max(sm, dram / (target.dram_gbs * 1e3 / target.clock_mhz))
+    dram_cycles = dram / (target.dram_gbs * 1e3 / target.clock_mhz)
+    return {"tensor": tensor, "alone": alone, "reads": reads, "latency": latency, "step": step, "stores": stores,
+            "rounds": rounds, "together": together, "blocks": blocks, "steps": steps, "sm": sm,
+            "dram": dram_cycles, "total": max(sm, dram_cycles)}
 
 
 def element_bytes(con: Contraction, target: CudaTarget) -> int:

@@ -143,30 +143,61 @@ def tf32_loops(target: CudaTarget) -> list[dict[str, Any]]:
     return rows
 
 
+def sass_instructions(lib_path: str) -> int | None:
+    """The instructions of the library's (one) kernel in SASS, the trailing padding left out;
+    None without cuobjdump. For a kernel with no loop left (a 3x3 window unrolled), what a
+    thread executes."""
+    if shutil.which("cuobjdump") is None:
+        return None
+    sass = subprocess.run(["cuobjdump", "-sass", lib_path], capture_output=True, text=True).stdout
+    ops_ = [m.group(1).split(".")[0] for m in re.finditer(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?(\S+)", sass)]
+    while ops_ and ops_[-1] in ("NOP", "BRA"):
+        ops_.pop()
+    return len(ops_)
+
+
 def depthwise_rows(target: CudaTarget) -> list[dict[str, Any]]:
-    """MobileNet-V2-like depthwise 3x3 layers in float16 (with a relu) on the tensor-core
-    template, as they were scheduled before ``matmul.thin``, and by the rules, as now."""
+    """MobileNet-V2-like depthwise 3x3 layers in float16 (with a relu6 and a bias): in NCHW on
+    the tensor-core template, as they were scheduled before ``matmul.thin``, and by the rules;
+    in NHWC (the layout a GPU graph gives them) a thread an element, and by the window kernel
+    (``cuda.window``: 8 channels a thread), as now. ``per_output``: SASS instructions a
+    thread executes over the outputs it computes."""
     from taskloom.ir.dtypes import bfloat16, float16, float32
     from taskloom.schedule.contraction import match_contraction
     from taskloom.schedule.cuda.matmul_mma import mma_kernel
     from taskloom.schedule.cuda.mma_model import choose
+    from taskloom.schedule.cuda.rules import per_element_kernel
     rows = []
     for channels, size, stride in ((96, 56, 1), (144, 56, 2)):
-        x = rng.standard_normal((1, channels, size, size)).astype(np.float16)
-        w = rng.standard_normal((channels, 1, 3, 3)).astype(np.float16)
-        xi = input(x.shape, "float16", name="x")
-        [group] = fuse_graph(Graph([xi], [ops.relu(ops.conv2d(xi, taskloom.asarray(w), stride=stride, padding=1,
-                                                              groups=channels))]))
-        con = match_contraction(group.task, (float32, float16, bfloat16))
-        for name, fn in (("tensor-core template", mma_kernel(con, choose(con, target), "k")),
-                         ("rules", schedule_task_cuda(group.task, target, "k"))):
-            module = taskloom.build(fn, target=target, device="emulator")
-            side = (size - 1) // stride + 1
-            c = module["k"](x, w, np.zeros((1, channels, side, side), np.float16)).counters
-            rows.append({"layer": f"{channels}x{size}x{size}, stride {stride}", "schedule": name,
-                         "warp_instructions": sum(c.instructions.values()), "mma": c.instructions["mma"],
-                         "global_load_requests": c.global_load_requests, "global_load_sectors": c.global_load_sectors,
-                         "registers": module.built.resources["k"].registers})
+        for layout in ("NCHW", "NHWC"):
+            nhwc = layout == "NHWC"
+            x = rng.standard_normal((1, size, size, channels) if nhwc else (1, channels, size, size)).astype(np.float16)
+            w = rng.standard_normal((3, 3, 1, channels) if nhwc else (channels, 1, 3, 3)).astype(np.float16)
+            b = rng.standard_normal(channels).astype(np.float16)
+            xi = input(x.shape, "float16", name="x")
+            y = ops.clip(ops.conv2d(xi, taskloom.asarray(w), taskloom.asarray(b), stride=stride, padding=1,
+                                    groups=channels, layout=layout), 0, 6)
+            [group] = fuse_graph(Graph([xi], [y]))
+            if nhwc:
+                schedules = (("a thread an element", per_element_kernel(group.task, "k")),
+                             ("rules: window kernel", schedule_task_cuda(group.task, target, "k")))
+            else:
+                con = match_contraction(group.task, (float32, float16, bfloat16))
+                schedules = (("tensor-core template", mma_kernel(con, choose(con, target), "k")),
+                             ("rules", schedule_task_cuda(group.task, target, "k")))
+            for name, fn in schedules:
+                module = taskloom.build(fn, target=target, device="emulator")
+                args = [x if t is xi else t.numpy() for t in group.inputs]
+                out = np.zeros(tuple(int(d) for d in y.shape), np.float16)
+                c = module["k"](*args, out).counters
+                threads = int(np.prod([int(e.value) for e in (*fn.attr("grid"), *fn.attr("block"))]))
+                sass = sass_instructions(str(module.built.lib_path)) if "window" in name or "element" in name else None
+                rows.append({"layer": f"{channels}x{size}x{size}, stride {stride}, {layout}", "schedule": name,
+                             "warp_instructions": sum(c.instructions.values()), "mma": c.instructions["mma"],
+                             "global_load_requests": c.global_load_requests,
+                             "global_load_sectors": c.global_load_sectors,
+                             "registers": module.built.resources["k"].registers,
+                             "per_output": None if sass is None else round(sass * threads / out.size, 1)})
     return rows
 
 
@@ -239,10 +270,12 @@ def main() -> None:
     for r in predicted:
         print("| " + " | ".join("-" if r[k] is None else str(r[k]) for k in cols) + " |")
     depthwise = depthwise_rows(target)
-    cols = ("layer", "schedule", "warp_instructions", "mma", "global_load_requests", "global_load_sectors", "registers")
+    cols = ("layer", "schedule", "warp_instructions", "mma", "global_load_requests", "global_load_sectors", "registers",
+            "per_output")
     print("\n| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
     for r in depthwise:
-        print("| " + " | ".join(f"{r[k]:,}" if isinstance(r[k], int) else str(r[k]) for k in cols) + " |")
+        print("| " + " | ".join(f"{r[k]:,}" if isinstance(r[k], int) else "-" if r[k] is None else str(r[k])
+                                for k in cols) + " |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"arch": args.arch, "rows": rows, "matmul_main_loops": loops, "predictions": predicted,

@@ -29,13 +29,21 @@ def old_choose(configs, cost=None, gain=None):
 
 
 def patched(rule):
-    """The patches of ``rule``: ``old`` (the rule above), ``one`` (one variant), ``gainNN``
-    (the CPU bound at NN%), anything else (``new``) the code as it is."""
+    """The patches of ``rule``: ``old`` (the rule above), ``one`` (one variant), ``att1`` (one
+    variant of an attention, the block shape most points take), ``gainNN`` (the CPU bound at
+    NN%), anything else (``new``) the code as it is."""
     stack = contextlib.ExitStack()
     if rule == "old":
         stack.enter_context(mock.patch.object(dy, "choose_variants", old_choose))
     if rule == "one":
         stack.enter_context(mock.patch.object(dy, "MAX_VARIANTS", 1))
+    if rule == "att1":  # the attention's variants are the only ones chosen without a cost
+        most = dy._most_chosen
+
+        def one(configs, distinct):
+            with mock.patch.object(dy, "MAX_VARIANTS", 1):
+                return most(configs, distinct)
+        stack.enter_context(mock.patch.object(dy, "_most_chosen", one))
     if rule.startswith("gain"):
         stack.enter_context(mock.patch.object(drivers, "CPU_VARIANT_GAIN", int(rule[4:]) / 100))
     return stack

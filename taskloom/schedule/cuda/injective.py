@@ -30,10 +30,9 @@ from taskloom.transforms.names import NameGen
 VECTOR_BYTES = 16
 
 
-def run_length(task: Task, inline: Callable[[E.Expr], E.Expr]) -> int | None:
-    """How many consecutive output elements a thread computes (16 bytes of them), or None
-    where the task is not one this kernel serves; ``inline`` reads the task's nodes as reads
-    of its inputs (a reduction anywhere in the output's definition rules it out)."""
+def output_run(task: Task) -> int | None:
+    """How many consecutive output elements 16 bytes hold, where ``task``'s one output has
+    a static last axis that is a whole number of such runs (else None)."""
     if len(task.outputs) != 1 or not task.outputs[0].shape:
         return None
     out = task.outputs[0]
@@ -41,7 +40,15 @@ def run_length(task: Task, inline: Callable[[E.Expr], E.Expr]) -> int | None:
     run = VECTOR_BYTES // size if size <= VECTOR_BYTES // 2 else 1
     if run < 2 or not isinstance(last, E.Constant) or int(last.value) % run:
         return None
-    if collect(inline(out.value), ReduceCompute):
+    return run
+
+
+def run_length(task: Task, inline: Callable[[E.Expr], E.Expr]) -> int | None:
+    """How many consecutive output elements a thread computes (16 bytes of them), or None
+    where the task is not one this kernel serves; ``inline`` reads the task's nodes as reads
+    of its inputs (a reduction anywhere in the output's definition rules it out)."""
+    run = output_run(task)
+    if run is None or collect(inline(task.outputs[0].value), ReduceCompute):
         return None
     return run
 

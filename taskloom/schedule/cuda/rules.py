@@ -7,7 +7,9 @@ The rules:
   (:mod:`taskloom.schedule.cuda.rows`).
 - An injective task whose output rows are whole 16-byte runs, and whose reads are runs too
   or the same for a run, gets a thread per run, its loads and stores 16 bytes wide
-  (:mod:`taskloom.schedule.cuda.injective`).
+  (:mod:`taskloom.schedule.cuda.injective`); so does a window reduction over such rows (a
+  depthwise convolution or a pooling in NHWC: :mod:`taskloom.schedule.cuda.window`), each
+  tap's run loaded at once.
 - Any other task gets one thread per element of the largest output, 256 threads a block,
   consecutive threads on consecutive elements (so a warp's loads and stores of a row-major
   tensor coalesce); a thread past the end does nothing, so any size works. Its reductions
@@ -33,6 +35,7 @@ from taskloom.ir.functor import Rewriter, collect, substitute
 from taskloom.ir.index import prod, unravel
 from taskloom.schedule.cuda.injective import run_length, vector_kernel
 from taskloom.schedule.cuda.rows import BLOCK, WARP_ROW_MAX, _Row, row_axes
+from taskloom.schedule.cuda.window import window_kernel, window_run
 from taskloom.target.cuda import CudaTarget
 from taskloom.transforms.names import NameGen
 
@@ -152,6 +155,8 @@ def schedule_task_cuda(task: Task, target: CudaTarget, name: str | None = None) 
     run = run_length(task, inline)
     wide = None if run is None else vector_kernel(task, params, tensors[task.outputs[0]], names, inline, run,
                                                    name or task.name)
+    if wide is None and (run := window_run(task, inline)) is not None:
+        wide = window_kernel(task, params, tensors[task.outputs[0]], names, inline, run, name or task.name)
     return wide if wide is not None else per_element_kernel(task, name)
 
 

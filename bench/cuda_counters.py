@@ -12,6 +12,7 @@ tables; ``--json`` keeps the numbers.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import shutil
@@ -201,6 +202,43 @@ def depthwise_rows(target: CudaTarget) -> list[dict[str, Any]]:
     return rows
 
 
+def store_rows(target: CudaTarget) -> list[dict[str, Any]]:
+    """C's store on the tensor-core templates, staged in shared memory (as built now) against
+    straight from the fragments (as before), float16 with the model's config: a BERT product
+    with its bias and GELU, and ResNet-50's 1x1 convolution of 64 to 256 channels at 56x56 with
+    its bias and ReLU (NHWC). The emulator's store requests and sectors, shared-memory bank
+    conflicts, and ptxas's registers."""
+    from unittest import mock
+
+    from taskloom.schedule.cuda import matmul_mma
+    from taskloom.schedule.cuda.mma_model import choose
+    rows = []
+    x = input((128, 768), "float16", name="x")
+    bert = ops.gelu(ops.matmul(x, taskloom.asarray(rng.standard_normal((768, 3072)).astype(np.float16) * 0.03))
+                    + taskloom.asarray(rng.standard_normal(3072).astype(np.float16)))
+    img = input((1, 56, 56, 64), "float16", name="x")
+    conv = ops.relu(ops.conv2d(img, taskloom.asarray(rng.standard_normal((1, 1, 64, 256)).astype(np.float16) * 0.1),
+                               taskloom.asarray(rng.standard_normal(256).astype(np.float16)), layout="NHWC"))
+    for name, graph in (("BERT 128x3072x768 + bias + GELU", Graph([x], [bert])),
+                        ("1x1 conv 64->256 at 56x56 + bias + ReLU", Graph([img], [conv]))):
+        [group] = fuse_graph(graph)
+        found = matmul_mma.mma_candidate(group.task, target)
+        config = choose(found.tunable, target)
+        feeds = [rng.standard_normal(tuple(int(d) for d in t.shape)).astype(np.float16) if t is graph.inputs[0]
+                 else t.numpy() for t in group.inputs]
+        for how in ("staged", "from the fragments"):
+            with mock.patch.object(matmul_mma._Kernel, "_stage_shape", lambda self: None) if how != "staged" \
+                    else contextlib.nullcontext():
+                fn = found.build(config, "k").fn
+            module = taskloom.build(fn, target=target, device="emulator")
+            out = np.zeros(tuple(int(d) for d in graph.outputs[0].shape), np.float16)
+            c = module["k"](*feeds, out).counters
+            rows.append({"product": name, "config": str(config), "store": how,
+                         "store_requests": c.global_store_requests, "store_sectors": c.global_store_sectors,
+                         "bank_conflicts": c.bank_conflicts, "registers": module.built.resources["k"].registers})
+    return rows
+
+
 def attention_rows(target: CudaTarget) -> list[dict[str, Any]]:
     """The attention template on BERT-base's heads (12 of 64, 128 and 512 tokens, float16):
     the SASS main loop (one block of keys), ptxas's registers and the emulator's counters."""
@@ -276,10 +314,15 @@ def main() -> None:
     for r in depthwise:
         print("| " + " | ".join(f"{r[k]:,}" if isinstance(r[k], int) else "-" if r[k] is None else str(r[k])
                                 for k in cols) + " |")
+    stores = store_rows(target)
+    cols = ("product", "config", "store", "store_requests", "store_sectors", "bank_conflicts", "registers")
+    print("\n| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
+    for r in stores:
+        print("| " + " | ".join(f"{r[k]:,}" if isinstance(r[k], int) else str(r[k]) for k in cols) + " |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"arch": args.arch, "rows": rows, "matmul_main_loops": loops, "predictions": predicted,
-                       "depthwise": depthwise}, f,
+                       "depthwise": depthwise, "stores": stores}, f,
                       indent=2)
 
 

@@ -60,6 +60,10 @@ class _CudaKernelCodegen(CFamilyCodegen):
         # wgmma's and TMA's 128-byte swizzle is of the shared address itself: their buffers start
         # on 1024 bytes (dynamic shared memory is aligned in the kernel, out of 1024 bytes the launch adds)
         self.shared_align = gpu.SWIZZLE_ALIGN if collect(fn.body, (gpu.Wgmma, gpu.TmaLoad)) else 16
+        # a shared buffer that reuses another's bytes once that one is dead (gpu.SHARED_REUSE),
+        # and where each shared buffer starts in the dynamic shared memory
+        self.reuse = dict(fn.attr(gpu.SHARED_REUSE, ()))
+        self.shared_starts: dict[str, int] = {}
 
     def ctype(self, t: Type, where: str = "") -> str:
         if isinstance(t, DataType) and t.name in _HALF:
@@ -203,6 +207,9 @@ class _CudaKernelCodegen(CFamilyCodegen):
             raise CodegenError(f"{self.where}: buffer '{s.var.name}' has the symbolic size {size!r}; "
                                "shared and register buffers need a static size")
         ctype, name = self.ctype(t.dtype, self.where), c_name(s.var.name)
+        if s.scope == "shared" and s.var.name in self.reuse:
+            self.reused_buffer(s.var.name, ctype, int(size.value) * t.dtype.nbytes, d)  # type: ignore[attr-defined]
+            return
         if s.scope == "shared" and self.dynamic_bytes:
             self.dynamic_buffer(s.var.name, ctype, int(size.value) * t.dtype.nbytes, d)  # type: ignore[attr-defined]
             return
@@ -221,10 +228,25 @@ class _CudaKernelCodegen(CFamilyCodegen):
         align = self.shared_align
         start = -(-self.dynamic_offset // align) * align
         self.dynamic_offset = start + nbytes
+        self.shared_starts[name] = start
         if self.dynamic_offset > self.dynamic_bytes - (align if align > 16 else 0):
             raise CodegenError(f"{self.where}: shared buffer '{name}' ends at byte {self.dynamic_offset} of the "
                                f"dynamic shared memory, which the launch sizes at {self.dynamic_bytes} bytes")
         self.emit(d, f"{ctype}* const {c_name(name)} = ({ctype}*)(tl_dynamic_shared + {start});  // shared, dynamic")
+
+    def reused_buffer(self, name: str, ctype: str, nbytes: int, d: int) -> None:
+        """A shared buffer laid over the dynamic shared memory of the one it reuses, from that
+        one's start (the kernel passes a barrier between their uses)."""
+        other = self.reuse[name]
+        if not self.dynamic_bytes or other not in self.shared_starts:
+            raise CodegenError(f"{self.where}: shared buffer '{name}' reuses '{other}', which is not a buffer of "
+                               "the kernel's dynamic shared memory declared before it")
+        start = self.shared_starts[other]
+        if start + nbytes > self.dynamic_bytes:
+            raise CodegenError(f"{self.where}: shared buffer '{name}' would end at byte {start + nbytes} of the "
+                               f"dynamic shared memory, which the launch sizes at {self.dynamic_bytes} bytes")
+        self.emit(d, f"{ctype}* const {c_name(name)} = ({ctype}*)(tl_dynamic_shared + {start});  "
+                     f"// shared, over {c_name(other)} and what follows it")
 
     # ----------------------------------------------------------------- function
     def function(self) -> str:

@@ -47,6 +47,12 @@ INDEX_PRIMITIVES: dict[str, str] = {
     for axis in AXES
 }
 WARP_SIZE = 32
+#: A kernel attribute: ``((buffer, reused), ...)``, shared buffers laid over the dynamic
+#: shared memory of another declared before them, from its start (a matmul's output staged
+#: where its factors' tiles were, once a barrier says they are read). The emulator keeps
+#: them apart, which a program whose uses a barrier separates cannot tell.
+SHARED_REUSE = "shared_reuse"
+
 SHUFFLES = ("shfl_xor", "shfl_down", "shfl_up", "shfl_idx")
 WARP_REDUCTIONS = ("warp_sum", "warp_max")
 

@@ -110,3 +110,31 @@ def test_nvcc_builds_every_kernel_without_spills(tmp_path, arch, source):
     fn = parse_source(source)
     _, used = compile_cuda_library(cuda(source, target), target, name=fn.name, cache=BuildCache(tmp_path))
     assert not used[fn.name].spills and used[fn.name].barriers == 1 and used[fn.name].registers <= 64
+
+
+def test_a_staged_tile_is_laid_over_the_tiles_it_reuses():
+    """The tensor-core template stages C where its factors' tiles were: the staging buffer
+    starts where the first tile does; a reuse of a buffer not in dynamic shared memory is an
+    error naming both."""
+    import dataclasses
+
+    import numpy as np
+
+    import taskloom
+    from taskloom import ops
+    from taskloom.graph import Graph, input
+    from taskloom.graph.fusion import fuse_graph
+    from taskloom.ir import gpu
+    from taskloom.schedule.cuda.matmul_mma import MmaConfig, mma_candidate
+    a = input((64, 64), "float16", name="a")
+    w = taskloom.asarray(np.ones((64, 128), np.float16))
+    [group] = fuse_graph(Graph([a], [ops.matmul(a, w)]))
+    fn = mma_candidate(group.task, H100).build(MmaConfig(64, 64, 32, (2, 2), 3), "mm").fn
+    [(stage, tile)] = fn.attr(gpu.SHARED_REUSE)
+    text = codegen_cuda(S.Module((lower(fn),)), H100)
+    assert f"__half* const {tile} = (__half*)(tl_dynamic_shared + 0);" in text
+    assert f"__half* const {stage} = (__half*)(tl_dynamic_shared + 0);  // shared, over {tile}" in text
+    attrs = dict(fn.attrs)
+    attrs[gpu.SHARED_REUSE] = ((stage, "nowhere"),)
+    with pytest.raises(CodegenError, match=f"'{stage}' reuses 'nowhere'"):
+        codegen_cuda(S.Module((lower(dataclasses.replace(fn, attrs=tuple(attrs.items()))),)), H100)

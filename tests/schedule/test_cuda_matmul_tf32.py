@@ -72,7 +72,8 @@ def test_products_of_any_layout_and_shape_on_tf32(shape, a_k_inner, b_k_inner, c
 def test_k_contiguous_factors_come_by_ldmatrix_and_the_others_by_the_lanes():
     graph, feeds, _ = product(64, 64, 64, True, True)
     _, report, *_ = run(graph, feeds, CONFIGS[1])
-    assert report.instructions["shared_load"] == 0 and report.instructions["ldmatrix"] > 0
+    # no lane reads a factor's tile: the shared loads are C's staged runs read back, 16 bytes each
+    assert report.instructions["shared_load"] == 64 * 64 // 4 // 32 and report.instructions["ldmatrix"] > 0
     graph, feeds, want = product(64, 64, 64, False, False)
     out, report, *_ = run(graph, feeds, CONFIGS[1])
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
@@ -119,9 +120,10 @@ def test_the_models_picks_build_without_spills(arch, shape):
     config = choose(found.tunable, target)
     fn = found.build(config, "mm").fn
     used = taskloom.build(fn, target=target, device="emulator").built.resources["mm"]
-    dynamic = int(gpu.launch_dims(fn)[2].value)  # past 48 KiB the tiles are in dynamic shared memory
+    # past 48 KiB, or with C staged over them, the tiles are in dynamic shared memory
+    dynamic = int(gpu.launch_dims(fn)[2].value)
     assert not used.spills and used.shared_bytes + dynamic == config.shared_bytes(4), used
-    assert (dynamic > 0) == (config.shared_bytes(4) > 48 * 1024)
+    assert (dynamic > 0) == (config.shared_bytes(4) > 48 * 1024 or "C staged" in fn.attr("doc"))
 
 
 def test_a_float32_model_compiled_with_tf32_runs_on_tensor_cores():

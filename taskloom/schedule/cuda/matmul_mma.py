@@ -36,7 +36,9 @@ per ``blockIdx.z``) in steps of ``block_k`` along ``K``:
 4. **compute**: the warps are laid out ``spatial(*warps)`` over the block's tile, each
    warp ``repeat(mma_m, mma_n)`` over m16n8 tiles; for each 16 (tf32: 8) of ``K`` it loads
    its A and B fragments by ``ldmatrix.x4`` and issues ``mma_m * mma_n`` ``mma.sync``.
-5. **store**: each accumulator through the epilogue into ``C`` where it lies inside.
+5. **store**: each accumulator through the epilogue, staged in a shared tile laid over the
+   factors' (once every warp has read them) and copied into ``C`` 16 bytes a thread, or, where
+   that does not apply (:meth:`_Kernel._stage_shape`), stored from the fragments; inside ``C`` only.
 """
 from __future__ import annotations
 
@@ -359,10 +361,16 @@ class _Tile:
         return S.ForMapping((r, col), mapping, tid, body(col * piece if piece > 1 else col))
 
 
+#: The most float32 accumulators a thread of a config whose C is staged holds (see
+#: :meth:`_Kernel._stage_shape`).
+STAGED_ACCUMULATORS = 64
+
+
 class _Kernel:
     """The phases of one kernel, sharing its names and variables."""
 
     m_stride = 16  # rows between a warp's m16 tiles
+    staged: tuple[str, str] | None = None  # C's staging tile and the tile it is laid over, once built
 
     def __init__(self, con: Contraction, config: MmaConfig, dtype: DataType,
                  read: Callable[[E.Expr, dict], E.Expr], out: E.Var, names: NameGen):
@@ -602,30 +610,100 @@ class _Kernel:
     # -- store ---------------------------------------------------------------------------
 
     def _store(self) -> S.Stmt:
-        """Each accumulator through the epilogue into C. A block whose tile lies inside C
-        stores without a test; one on the edge tests each element (kept off the interior's
-        path: hoisted, 128 tests would crowd the accumulators out of registers)."""
+        """Each accumulator through the epilogue into C: staged in shared memory and stored
+        16 bytes a thread where :meth:`_stage_shape` allows, else straight from the
+        fragments. A block whose tile lies inside C stores without a test; one on the edge
+        tests each element (kept off the interior's path: hoisted, 128 tests would crowd the
+        accumulators out of registers)."""
+        stage = self._stage_shape()
+        if stage is not None:
+            return self._staged_store(*stage)
+        return S.seq([S.Comment("store: the epilogue of each accumulator, inside C only"),
+                      self._edged(lambda tested: self._warp_tiles(lambda wm, wn: self._stores(wm, wn, tested)))])
+
+    def _edged(self, body: Callable[[bool], S.Stmt]) -> S.Stmt:
+        """``body(False)`` for a block inside C, ``body(True)`` (each element tested) on its edge."""
         con, c = self.con, self.c
         edge = [cond for cond in (self._inside(self.bm + c.block_m - 1, con.M, c.block_m),
                                   self._inside(self.bn + c.block_n - 1, con.N, c.block_n)) if cond is not None]
-        stores = self._warp_tiles(lambda wm, wn: self._stores(wm, wn, False))
-        if edge:
-            stores = S.If(E.logical_and(*edge) if len(edge) > 1 else edge[0], stores,
-                          self._warp_tiles(lambda wm, wn: self._stores(wm, wn, True)))
-        return S.seq([S.Comment("store: the epilogue of each accumulator, inside C only"), stores])
+        if not edge:
+            return body(False)
+        return S.If(E.logical_and(*edge) if len(edge) > 1 else edge[0], body(False), body(True))
 
-    def _stores(self, wm: E.Expr, wn: E.Expr, tested: bool) -> S.Stmt:
-        """The warp's accumulators into C. Lane ``l`` holds rows ``l // 4`` and ``l // 4 + 8``
-        of each m16n8 tile, columns ``2 (l % 4)`` and the one after: where C's rows have an
-        even length the two are adjacent and aligned to their pair, and leave in one store
-        (a warp request then writes 8 sectors for 128 bytes, where single stores wrote 8 for
-        64)."""
+    def _stage_shape(self) -> tuple[int, int] | None:
+        """The shared tile C's block is staged in (``block_m`` rows, ``block_n`` columns and
+        16 bytes of pad), or None where the results leave straight from the fragments: rows
+        of C not whole 16-byte runs, a staging tile larger than the factors' tiles it takes
+        the place of, or roles apart (a producer warpgroup passes no barrier with the rest).
+
+        From the fragments, a warp's request writes 8 rows of 16 bytes (8 half-used sectors);
+        staged, each thread stores 16 consecutive bytes and a request 512, whole sectors. A
+        row of C is whole 128-byte lines, so that a warp's reads of it back meet no bank
+        conflict. Tiles of more than :data:`STAGED_ACCUMULATORS` a thread keep their stores:
+        ptxas gave the largest Hopper tiles 30% more registers staged (198 against 154 a
+        thread, 128x256) and one a spill, where their long K makes the store a small part."""
+        nbytes = self.out.type.dtype.nbytes  # type: ignore[attr-defined]
+        per = 16 // nbytes if nbytes in (2, 4) else 0
+        last = simplify_expr(E.as_expr(self.con.output.shape[-1]))
+        accumulators = math.prod(int(d.value) for d in self.acc.type.shape)  # type: ignore[attr-defined]
+        if not per or self.con.N % per or not E.is_const(last) or int(last.value) % per or self.roles_apart() \
+                or self.c.block_n * nbytes % 128 or accumulators > STAGED_ACCUMULATORS:
+            return None
+        # 8 elements of pad (16 bytes; 32 for float32 pairs, which a half-warp stores at once) move each of
+        # the 8 rows a fragment store writes to banks of its own
+        cols = self.c.block_n + 8
+        tiles = sum(math.prod(int(d.value) for d in t.var.type.shape) for t in self.tiles.values())  # type: ignore
+        return (self.c.block_m, cols) if self.c.block_m * cols * nbytes <= tiles * self.dtype.nbytes else None
+
+    def roles_apart(self) -> bool:
+        """Whether warps of the block take other roles than multiplying (none here)."""
+        return False
+
+    def _staged_store(self, rows: int, cols: int) -> S.Stmt:
+        """The accumulators through the epilogue into a shared tile laid over the factors'
+        (once every warp has read them), then the tile into C, 16 bytes a thread."""
+        stage = E.Var(self.names.fresh("c_stage"), TensorType(self.out.type.dtype,  # type: ignore[attr-defined]
+                                                               (E.as_expr(rows), E.as_expr(cols))))
+        self.staged = (stage.name, self.tiles["A"].var.name)
+        return S.seq([
+            S.Comment("store: every warp is done with the factors' tiles; the results are staged in their place"),
+            gpu.CpAsyncWait(0), S.Barrier(), S.Declare(stage, scope="shared"),
+            self._edged(lambda tested: self._warp_tiles(lambda wm, wn: self._stores(wm, wn, tested, stage))),
+            S.Barrier(), S.Comment("the staged tile into C, 16 bytes a thread"), self._copy_out(stage)])
+
+    def _copy_out(self, stage: E.Var) -> S.Stmt:
+        """The staged tile into C, a thread a 16-byte run at a time, consecutive threads on
+        consecutive runs of a row; runs past C's edge are left."""
+        con, c = self.con, self.c
+        per = 16 // self.out.type.dtype.nbytes  # type: ignore[attr-defined]
+        runs, threads = c.block_m * c.block_n // per, self.threads()
+        t, q = self._vars("t", "q")
+        r, col = q // (c.block_n // per), q % (c.block_n // per) * per
+        m, n = self.bm + r, self.bn + col
+        at = tuple(unravel((self.bz * con.M + m) * con.N + n, con.output.shape))
+        copy: S.Stmt = gpu.VectorCopy(E.TensorElement(self.out, at), E.TensorElement(stage, (r, col)), 16)
+        inside = _all(self._inside(m, con.M, c.block_m), self._inside(n, con.N, c.block_n),
+                      None if runs % threads == 0 else q < runs)
+        if inside is not None:
+            copy = S.If(inside, copy)
+        return S.For(t, E.as_expr(-(-runs // threads)), S.seq([S.Let(q, t * threads + self.tid), copy]))
+
+    def threads(self) -> int:
+        """The threads that store the block's results."""
+        return self.c.threads
+
+    def _stores(self, wm: E.Expr, wn: E.Expr, tested: bool, stage: E.Var | None = None) -> S.Stmt:
+        """The warp's accumulators into C (or into the ``stage`` tile, at their place in the
+        block). Lane ``l`` holds rows ``l // 4`` and ``l // 4 + 8`` of each m16n8 tile,
+        columns ``2 (l % 4)`` and the one after: where C's rows have an even length the two
+        are adjacent and aligned to their pair, and leave in one store (a warp request then
+        writes 8 sectors for 128 bytes, where single stores wrote 8 for 64)."""
         con = self.con
         mt, nt = self.c.mma_tiles
         i, j, h, e = self._vars("i", "j", "h", "e")
         g, t = self.lane // 4, self.lane % 4
-        m = self.bm + wm + i * self.m_stride + g + h * 8
-        n = self.bn + wn + j * 8 + t * 2
+        m_in, n_in = wm + i * self.m_stride + g + h * 8, wn + j * 8 + t * 2
+        m, n = self.bm + m_in, self.bn + n_in
 
         def value(column: E.Expr, k: E.Expr) -> E.Expr:
             return self.read(con.epilogue, {con.vb: self.bz, con.vm: m, con.vn: column,
@@ -633,8 +711,12 @@ class _Kernel:
 
         def at(column: E.Expr) -> tuple:
             return tuple(unravel((self.bz * con.M + m) * con.N + column, con.output.shape))
-        if con.N % 2 == 0:
-            store: S.Stmt = pair_store(E.TensorElement(self.out, at(n)), e, value(n + e, e), self.names)
+        if stage is not None:  # (staged only where N is even)
+            store: S.Stmt = pair_store(E.TensorElement(stage, (m_in, n_in)), e, value(n + e, e), self.names)
+            if tested:
+                store = S.If(E.logical_and(m < con.M, n < con.N), store)
+        elif con.N % 2 == 0:
+            store = pair_store(E.TensorElement(self.out, at(n)), e, value(n + e, e), self.names)
             if tested:  # n is even and so is N: the pair is inside C or wholly outside
                 store = S.If(E.logical_and(m < con.M, n < con.N), store)
         else:
@@ -675,10 +757,13 @@ def template_function(con: Contraction, cls: type, config: Any, dtype: DataType,
     def read(expr: E.Expr, bindings: dict[E.Var, E.Expr]) -> E.Expr:
         return inline.visit(substitute(expr, bindings))
     kernel = cls(con, config, dtype, read, tensors[con.output], names)
+    body = kernel.body()
     copies = "; ".join(kernel.describe(f) for f in (kernel.A, kernel.B))
-    doc = f"{con.task.name}: the CUDA matmul template (tensor cores, {multiply(kernel)}), {config}; {copies}"
-    return S.Function(name, tuple(params), kernel.body(), attrs=(("doc", doc), ("template", template),
-                                                                  ("config", str(config)))), kernel
+    stored = "staged in shared memory, stored 16 bytes a thread" if kernel.staged else "stored from the fragments"
+    doc = f"{con.task.name}: the CUDA matmul template (tensor cores, {multiply(kernel)}), {config}; {copies}; C {stored}"
+    reuse = ((gpu.SHARED_REUSE, (kernel.staged,)),) if kernel.staged else ()
+    return S.Function(name, tuple(params), body, attrs=(("doc", doc), ("template", template),
+                                                        ("config", str(config)), *reuse)), kernel
 
 
 def mma_kernel(con: Contraction, config: MmaConfig, name: str, dtype: DataType | None = None) -> S.Function:
@@ -689,11 +774,12 @@ def mma_kernel(con: Contraction, config: MmaConfig, name: str, dtype: DataType |
         raise ValueError(f"{con.task.name}: the tensor-core template needs float16 or bfloat16 factors, "
                          "or float32 ones on a target that allows tf32")
     tf32 = " tf32" if dtype == float32 else ""
-    fn, _ = template_function(con, _Kernel, config, dtype, name, "matmul_mma",
-                              lambda k: f"mma.sync {k.shape}{tf32}")
+    fn, kernel = template_function(con, _Kernel, config, dtype, name, "matmul_mma",
+                                   lambda k: f"mma.sync {k.shape}{tf32}")
     grid = (E.cdiv(con.N, config.block_n), E.cdiv(con.M, config.block_m), con.batch)
     tiles = config.shared_bytes(dtype.nbytes)
-    return gpu.cuda_kernel(fn, grid, (config.threads,), tiles if tiles > STATIC_SHARED else 0)
+    # a staged C is laid over the tiles: they are dynamic shared memory then, in one run
+    return gpu.cuda_kernel(fn, grid, (config.threads,), tiles if tiles > STATIC_SHARED or kernel.staged else 0)
 
 
 def mma_candidate(task: Task, target: CudaTarget, constants: Mapping[int, np.ndarray] | None = None,

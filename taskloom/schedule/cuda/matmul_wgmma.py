@@ -45,7 +45,8 @@ warpgroups ..``, in wgmmas of 64 rows by ``block_n`` (m64n{block_n}k16, four a s
    wgmmas of the step after it are done too. No barrier is passed in the loop: the roles
    meet at the mbarriers only.
 5. **store**: as the ``mma.sync`` template's, each 16-row strip of a warp's accumulators
-   laid out as m16n8 fragments (the wgmma accumulator layout is that, stacked).
+   laid out as m16n8 fragments (the wgmma accumulator layout is that, stacked); with a
+   producer warpgroup, straight from the fragments (the roles pass no barrier together).
 """
 from __future__ import annotations
 
@@ -360,6 +361,15 @@ class _WgmmaKernel(_Kernel):
         return S.seq([gpu.WgmmaFence(self.acc),
                       S.For(i, E.as_expr(mt), S.For(kk, E.as_expr(BLOCK_K // 16), mma, "unroll"), "unroll"),
                       gpu.WgmmaCommit()])
+
+    def roles_apart(self) -> bool:
+        """A producer warpgroup passes no barrier with the consumers: their results leave
+        straight from the fragments."""
+        return self.specialized
+
+    def threads(self) -> int:
+        """The consumer warpgroups' threads."""
+        return 128 * self.c.warpgroups
 
     def _warp_tiles(self, body: Callable[[E.Expr, E.Expr], S.Stmt]) -> S.Stmt:
         """``body(wm, wn)``: the warp's first row in the block's tile (its warpgroup's rows,

@@ -5,7 +5,11 @@ torch.set_num_threads(2)
 import taskloom
 from taskloom.bench import zoo
 name, mode = sys.argv[1], sys.argv[2]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ab_variants_lib import patched
+rule = os.environ.get("RULE", "new")  # a rule of ab_variants_lib.patched
 model, inputs = zoo.build(name, 3 if name in ("bert","gpt2") else 1, 7, 0)
+stack = patched(rule).__enter__()
 t0 = time.perf_counter()
 if name in ("bert", "gpt2"):
     import taskloom.torch as tt
@@ -19,7 +23,7 @@ else:
 t = time.perf_counter() - t0
 tm = c.meta["timings"]
 src = open(c.meta["source"]).read() if isinstance(c.meta.get("source"), str) and os.path.exists(c.meta["source"]) else ""
-print(f"{name} {mode}: total {t:.2f}s  " + " ".join(f"{k} {v:.2f}" for k, v in tm.items()) + f"  C lines {src.count(chr(10))}")
+print(f"{name} {mode} {rule}: total {t:.2f}s  " + " ".join(f"{k} {v:.2f}" for k, v in tm.items()) + f"  C lines {src.count(chr(10))}")
 if len(sys.argv) > 4:
     import re
     cur=None; sizes={}

@@ -631,10 +631,10 @@ class _Kernel:
         return S.If(E.logical_and(*edge) if len(edge) > 1 else edge[0], body(False), body(True))
 
     def _stage_shape(self) -> tuple[int, int] | None:
-        """The shared tile C's block is staged in (``block_m`` rows, ``block_n`` columns and
-        16 bytes of pad), or None where the results leave straight from the fragments: rows
-        of C not whole 16-byte runs, a staging tile larger than the factors' tiles it takes
-        the place of, or roles apart (a producer warpgroup passes no barrier with the rest).
+        """The shared tile C's block is staged in (``block_m`` rows, ``block_n`` columns and 8
+        of pad), or None where the results leave straight from the fragments: rows of C not
+        whole 16-byte runs, a staging tile larger than the factors' tiles it takes the place
+        of, or roles apart (a producer warpgroup passes no barrier with the rest).
 
         From the fragments, a warp's request writes 8 rows of 16 bytes (8 half-used sectors);
         staged, each thread stores 16 consecutive bytes and a request 512, whole sectors. A
@@ -649,8 +649,8 @@ class _Kernel:
         if not per or self.con.N % per or not E.is_const(last) or int(last.value) % per or self.roles_apart() \
                 or self.c.block_n * nbytes % 128 or accumulators > STAGED_ACCUMULATORS:
             return None
-        # 8 elements of pad (16 bytes; 32 for float32 pairs, which a half-warp stores at once) move each of
-        # the 8 rows a fragment store writes to banks of its own
+        # 8 elements of pad (16 bytes; 32 for float32 pairs, which a half-warp stores at once)
+        # move each of the 8 rows a fragment store writes to banks of its own
         cols = self.c.block_n + 8
         tiles = sum(math.prod(int(d.value) for d in t.var.type.shape) for t in self.tiles.values())  # type: ignore
         return (self.c.block_m, cols) if self.c.block_m * cols * nbytes <= tiles * self.dtype.nbytes else None

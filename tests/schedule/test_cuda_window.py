@@ -119,3 +119,26 @@ def test_channels_off_the_16_byte_grid_stay_element_by_element():
     w = rng.standard_normal((16, 1, 3, 3)).astype(np.float16)
     graph = Graph([x], [ops.conv2d(x, taskloom.asarray(w), padding=1, groups=16)])
     assert "a thread an element" in kernel(graph)[1].attr("doc")
+
+
+def test_one_compile_with_a_symbolic_batch_serves_every_batch():
+    """A depthwise convolution between NCHW graph edges (the graph turns its region NHWC),
+    its batch a symbol: one window kernel, its grid computed per call."""
+    from taskloom.graph import Tensor, symbol
+    from taskloom.ir.dtypes import float16
+    c = 16
+    w = rng.standard_normal((c, 1, 3, 3)).astype(np.float16)
+    b = rng.standard_normal(c).astype(np.float16)
+    w2 = (rng.standard_normal((32, c, 1, 1)) * 0.2).astype(np.float16)
+    x = Tensor((symbol("batch"), c, 9, 9), float16, name="x")
+    y = ops.conv2d(ops.clip(ops.conv2d(x, taskloom.asarray(w), taskloom.asarray(b), stride=2, padding=1, groups=c),
+                            0.0, 6.0), taskloom.asarray(w2))
+    model = taskloom.compile(Graph([x], [y]), target="cuda:sm_90a", device="emulator", dynamic={"batch": (1, 8)})
+    assert model.source_path.read_text().count("a window reduction") == 1
+    for n in (1, 3, 8):
+        xs = rng.standard_normal((n, c, 9, 9)).astype(np.float16)
+        t = torch.from_numpy(xs.astype(np.float32))
+        hidden = torch.clamp(F.conv2d(t, torch.from_numpy(w.astype(np.float32)), torch.from_numpy(b.astype(np.float32)),
+                                      stride=2, padding=1, groups=c), 0, 6)
+        want = F.conv2d(hidden, torch.from_numpy(w2.astype(np.float32))).numpy()
+        np.testing.assert_allclose(model(xs).astype(np.float32), want, rtol=2e-2, atol=2e-2 * np.abs(want).max())

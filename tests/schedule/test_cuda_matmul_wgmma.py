@@ -217,3 +217,31 @@ def test_a_producer_s_slot_is_freed_only_once_its_consumers_wgmmas_are_all_done(
         else:
             module["mm"](a, w, out)
             np.testing.assert_allclose(f32(out), f32(a) @ f32(w), rtol=2e-3, atol=5e-2)
+
+
+@pytest.mark.parametrize("config", [WgmmaConfig(128, 64, 4, 2), WgmmaConfig(64, 64, 3, 1, specialized=True)],
+                         ids=["over the tiles", "room of its own"])
+def test_c_is_staged_and_leaves_in_a_quarter_of_the_stores(config):
+    """Without a producer warpgroup C is staged over the factors' tiles; with one, in room
+    the config keeps for it (the producer may still be copying), stored after the roles end.
+    Either way, on whole tiles, its 16-byte runs leave in a quarter of the store requests the
+    fragments' pairs took, and half the sectors; on the edges, only what lies inside C."""
+    from unittest import mock
+
+    from taskloom.ir import gpu
+    from taskloom.schedule.cuda import matmul_mma
+    for M, N in ((131, 136), (128, 128)):
+        a, w = half(M, 72), half(72, N)
+        ai = input(a.shape, "float16", name="a")
+        graph = Graph([ai], [ops.matmul(ai, taskloom.asarray(w))])
+        out, report, fn = run(graph, {"a": a}, config)
+        np.testing.assert_allclose(f32(out), f32(a) @ f32(w), rtol=2e-3, atol=2e-2)
+        assert "C staged in shared memory" in fn.attr("doc") and report.counters.bank_conflicts == 0
+        assert (gpu.SHARED_REUSE in dict(fn.attrs)) == (not config.specialized)
+    assert config.staging_bytes() == (64 * 72 * 2 + 1024 if config.specialized else 0)
+    with mock.patch.object(matmul_mma._Kernel, "_stage_shape", lambda self: None):
+        direct, before, _ = run(graph, {"a": a}, config)
+    np.testing.assert_array_equal(direct, out)
+    c, d = report.counters, before.counters
+    assert (c.global_store_requests, d.global_store_requests) == (128 * 128 // 8 // 32, 128 * 128 // 2 // 32)
+    assert (c.global_store_sectors, d.global_store_sectors) == (16 * 64, 8 * 256)

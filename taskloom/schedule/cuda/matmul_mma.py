@@ -370,7 +370,7 @@ class _Kernel:
     """The phases of one kernel, sharing its names and variables."""
 
     m_stride = 16  # rows between a warp's m16 tiles
-    staged: tuple[str, str] | None = None  # C's staging tile and the tile it is laid over, once built
+    staged: tuple[str, str | None] | None = None  # C's staging tile and the tile it is laid over, once built
 
     def __init__(self, con: Contraction, config: MmaConfig, dtype: DataType,
                  read: Callable[[E.Expr, dict], E.Expr], out: E.Var, names: NameGen):
@@ -634,7 +634,7 @@ class _Kernel:
         """The shared tile C's block is staged in (``block_m`` rows, ``block_n`` columns and 8
         of pad), or None where the results leave straight from the fragments: rows of C not
         whole 16-byte runs, a staging tile larger than the factors' tiles it takes the place
-        of, or roles apart (a producer warpgroup passes no barrier with the rest).
+        of (or, with a producer warpgroup, than the room its config keeps for it).
 
         From the fragments, a warp's request writes 8 rows of 16 bytes (8 half-used sectors);
         staged, each thread stores 16 consecutive bytes and a request 512, whole sectors. A
@@ -646,37 +646,43 @@ class _Kernel:
         per = 16 // nbytes if nbytes in (2, 4) else 0
         last = simplify_expr(E.as_expr(self.con.output.shape[-1]))
         accumulators = math.prod(int(d.value) for d in self.acc.type.shape)  # type: ignore[attr-defined]
-        if not per or self.con.N % per or not E.is_const(last) or int(last.value) % per or self.roles_apart() \
+        if not per or self.con.N % per or not E.is_const(last) or int(last.value) % per \
                 or self.c.block_n * nbytes % 128 or accumulators > STAGED_ACCUMULATORS:
             return None
         # 8 elements of pad (16 bytes; 32 for float32 pairs, which a half-warp stores at once)
         # move each of the 8 rows a fragment store writes to banks of its own
         cols = self.c.block_n + 8
-        tiles = sum(math.prod(int(d.value) for d in t.var.type.shape) for t in self.tiles.values())  # type: ignore
-        return (self.c.block_m, cols) if self.c.block_m * cols * nbytes <= tiles * self.dtype.nbytes else None
+        return (self.c.block_m, cols) if self.c.block_m * cols * nbytes <= self.stage_room() else None
 
-    def roles_apart(self) -> bool:
-        """Whether warps of the block take other roles than multiplying (none here)."""
-        return False
+    def stage_room(self) -> int:
+        """The bytes C's staging tile may take: the factors' tiles it is laid over."""
+        return sum(math.prod(int(d.value) for d in t.var.type.shape)  # type: ignore[attr-defined]
+                   for t in self.tiles.values()) * self.dtype.nbytes
 
     def _staged_store(self, rows: int, cols: int) -> S.Stmt:
         """The accumulators through the epilogue into a shared tile laid over the factors'
         (once every warp has read them), then the tile into C, 16 bytes a thread."""
-        stage = E.Var(self.names.fresh("c_stage"), TensorType(self.out.type.dtype,  # type: ignore[attr-defined]
-                                                               (E.as_expr(rows), E.as_expr(cols))))
-        self.staged = (stage.name, self.tiles["A"].var.name)
+        stage = self._stage_tile(rows, cols, self.tiles["A"].var.name)
         return S.seq([
             S.Comment("store: every warp is done with the factors' tiles; the results are staged in their place"),
             gpu.CpAsyncWait(0), S.Barrier(), S.Declare(stage, scope="shared"),
             self._edged(lambda tested: self._warp_tiles(lambda wm, wn: self._stores(wm, wn, tested, stage))),
             S.Barrier(), S.Comment("the staged tile into C, 16 bytes a thread"), self._copy_out(stage)])
 
-    def _copy_out(self, stage: E.Var) -> S.Stmt:
-        """The staged tile into C, a thread a 16-byte run at a time, consecutive threads on
-        consecutive runs of a row; runs past C's edge are left."""
+    def _stage_tile(self, rows: int, cols: int, over: str | None) -> E.Var:
+        """C's staging tile, laid ``over`` that buffer (or on shared memory of its own)."""
+        stage = E.Var(self.names.fresh("c_stage"), TensorType(self.out.type.dtype,  # type: ignore[attr-defined]
+                                                               (E.as_expr(rows), E.as_expr(cols))))
+        self.staged = (stage.name, over)
+        return stage
+
+    def _copy_out(self, stage: E.Var, threads: int | None = None) -> S.Stmt:
+        """The staged tile into C by the first ``threads`` threads (all by default), a 16-byte
+        run at a time, consecutive threads on consecutive runs of a row; runs past C's edge
+        are left."""
         con, c = self.con, self.c
         per = 16 // self.out.type.dtype.nbytes  # type: ignore[attr-defined]
-        runs, threads = c.block_m * c.block_n // per, self.threads()
+        runs, threads = c.block_m * c.block_n // per, threads or c.threads
         t, q = self._vars("t", "q")
         r, col = q // (c.block_n // per), q % (c.block_n // per) * per
         m, n = self.bm + r, self.bn + col
@@ -687,10 +693,6 @@ class _Kernel:
         if inside is not None:
             copy = S.If(inside, copy)
         return S.For(t, E.as_expr(-(-runs // threads)), S.seq([S.Let(q, t * threads + self.tid), copy]))
-
-    def threads(self) -> int:
-        """The threads that store the block's results."""
-        return self.c.threads
 
     def _stores(self, wm: E.Expr, wn: E.Expr, tested: bool, stage: E.Var | None = None) -> S.Stmt:
         """The warp's accumulators into C (or into the ``stage`` tile, at their place in the
@@ -761,7 +763,7 @@ def template_function(con: Contraction, cls: type, config: Any, dtype: DataType,
     copies = "; ".join(kernel.describe(f) for f in (kernel.A, kernel.B))
     stored = "staged in shared memory, stored 16 bytes a thread" if kernel.staged else "stored from the fragments"
     doc = f"{con.task.name}: the CUDA matmul template (tensor cores, {multiply(kernel)}), {config}; {copies}; C {stored}"
-    reuse = ((gpu.SHARED_REUSE, (kernel.staged,)),) if kernel.staged else ()
+    reuse = ((gpu.SHARED_REUSE, (kernel.staged,)),) if kernel.staged and kernel.staged[1] else ()
     return S.Function(name, tuple(params), body, attrs=(("doc", doc), ("template", template),
                                                         ("config", str(config)), *reuse)), kernel
 

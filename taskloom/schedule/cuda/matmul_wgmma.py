@@ -45,8 +45,10 @@ warpgroups ..``, in wgmmas of 64 rows by ``block_n`` (m64n{block_n}k16, four a s
    wgmmas of the step after it are done too. No barrier is passed in the loop: the roles
    meet at the mbarriers only.
 5. **store**: as the ``mma.sync`` template's, each 16-row strip of a warp's accumulators
-   laid out as m16n8 fragments (the wgmma accumulator layout is that, stacked); with a
-   producer warpgroup, straight from the fragments (the roles pass no barrier together).
+   laid out as m16n8 fragments (the wgmma accumulator layout is that, stacked). With a
+   producer warpgroup the consumers stage C in shared memory the config keeps for it (the
+   producer may still be in its loop, so not over the tiles), and after the roles end and a
+   barrier, copy it into C (the producers, their registers given up, take no part).
 """
 from __future__ import annotations
 
@@ -62,7 +64,7 @@ from taskloom.ir.dtypes import DataType, TensorType, float32, index_type, int64
 from taskloom.ir.functor import substitute
 from taskloom.ir.index import row_major_offset
 from taskloom.schedule.contraction import Contraction
-from taskloom.schedule.cuda.matmul_mma import (ALIGNMENT_CHECKS, _factor, _Kernel, _Tile, half_type,
+from taskloom.schedule.cuda.matmul_mma import (ALIGNMENT_CHECKS, STAGED_ACCUMULATORS, _factor, _Kernel, _Tile, half_type,
                                                template_function)
 from taskloom.transforms.names import NameGen
 
@@ -116,9 +118,18 @@ class WgmmaConfig:
         return self.rows // 64 * self.block_n // 2
 
     def shared_bytes(self, element_bytes: int = 2) -> int:
-        """The tiles, the alignment's slack, and with TMA a 1024-byte place for the mbarriers."""
+        """The tiles, the alignment's slack, with TMA a 1024-byte place for the mbarriers, and
+        with a producer warpgroup the room for C's staging tile (:meth:`staging_bytes`)."""
         tiles = self.stages * (self.block_m + self.block_n) * self.block_k * element_bytes
-        return tiles + gpu.SWIZZLE_ALIGN * (1 + self.tma + self.specialized)
+        return tiles + gpu.SWIZZLE_ALIGN * (1 + self.tma + self.specialized) + self.staging_bytes()
+
+    def staging_bytes(self) -> int:
+        """With a producer warpgroup, the shared memory kept for staging a 16-bit C (its rows
+        padded by 8, on a 1024-byte boundary), where the template stages it (rows of whole
+        128-byte lines, at most ``STAGED_ACCUMULATORS`` a thread); else 0 (the tiles hold it)."""
+        if not self.specialized or self.block_n * 2 % 128 or self.accumulators > STAGED_ACCUMULATORS:
+            return 0
+        return self.block_m * (self.block_n + 8) * 2 + gpu.SWIZZLE_ALIGN
 
     def kernel(self, con: Contraction, name: str, dtype: DataType | None = None) -> S.Function:
         """The template's kernel of ``con`` with this config (:func:`wgmma_kernel`)."""
@@ -279,7 +290,19 @@ class _WgmmaKernel(_Kernel):
         consumers = c.warpgroups * 128
         free_last = S.If(E.logical_and(k > 0, E.eq(self.tid % 128, 0)),
                          gpu.MbarrierArrive(bar(self.free, (k + (c.stages - 1)) % c.stages)))
+        shape = self._stage_shape()
+        stage = None if shape is None else self._stage_tile(*shape, None)
+        if stage is None:
+            finish, after = self._store(), []
+        else:  # the consumers stage C in room of its own, and store it once all have staged
+            finish = S.seq([S.Comment("store: the results staged in shared memory of their own"),
+                            self._edged(lambda tested: self._warp_tiles(
+                                lambda wm, wn: self._stores(wm, wn, tested, stage)))])
+            # (not the producers: setmaxnreg may have left them too few registers for it)
+            after = [S.Barrier(), S.Comment("the staged tile into C, 16 bytes a thread, by the consumers"),
+                     S.If(self.tid < consumers, self._copy_out(stage, consumers))]
         return S.seq([
+            *([S.Declare(stage, scope="shared")] if stage is not None else []),
             S.Comment(f"a producer warpgroup fills the {c.stages} slots by TMA; the consumers multiply"),
             gpu.WarpSpecialized(
                 k, steps, self.tid >= consumers, E.eq(self.tid, consumers),
@@ -288,7 +311,8 @@ class _WgmmaKernel(_Kernel):
                 gpu.MbarrierWait(bar(self.bars, slot), use % 2),
                 S.seq([self._multiply(slot), gpu.WgmmaWait(self.acc, 0), free_last]),
                 # the accumulators live in the consumers' branch alone
-                self._zero(), S.seq([gpu.WgmmaWait(self.acc, 0), self._store()]))])
+                self._zero(), S.seq([gpu.WgmmaWait(self.acc, 0), finish])),
+            *after])
 
     def _tile(self, f: Any) -> _GmmaTile:
         rows, cols = (f.block, BLOCK_K) if f.k_inner else (BLOCK_K, f.block)
@@ -362,14 +386,10 @@ class _WgmmaKernel(_Kernel):
                       S.For(i, E.as_expr(mt), S.For(kk, E.as_expr(BLOCK_K // 16), mma, "unroll"), "unroll"),
                       gpu.WgmmaCommit()])
 
-    def roles_apart(self) -> bool:
-        """A producer warpgroup passes no barrier with the consumers: their results leave
-        straight from the fragments."""
-        return self.specialized
-
-    def threads(self) -> int:
-        """The consumer warpgroups' threads."""
-        return 128 * self.c.warpgroups
+    def stage_room(self) -> int:
+        """With a producer warpgroup, the room the config keeps for C's staging tile (the
+        consumers stage while the producer may still be in its loop: not over the tiles)."""
+        return max(self.c.staging_bytes() - gpu.SWIZZLE_ALIGN, 0) if self.specialized else super().stage_room()
 
     def _warp_tiles(self, body: Callable[[E.Expr, E.Expr], S.Stmt]) -> S.Stmt:
         """``body(wm, wn)``: the warp's first row in the block's tile (its warpgroup's rows,

@@ -67,12 +67,13 @@ def main() -> None:
         records = Records(Path(d) / "records.sqlite")
         records.import_file(args.records)
         rows = evaluate(records, CudaTarget.from_arch(args.arch), args.seeds)
-    print(f"| held-out workload | configs | {' | '.join(f'{o}: first, best of {LEVEL_1}, rho' for o in ('analytic', 'learned', 'blend'))} |")
+    orders = ("analytic", "learned", "blend")
+    print(f"| held-out workload | configs | {' | '.join(f'{o}: first, best of {LEVEL_1}, rho' for o in orders)} |")
     print("|---|---|---|---|---|")
     for r in rows:
-        cells = [" / ".join(f"{x:.3f}" if x is not None else "-" for x in r[o]) for o in ("analytic", "learned", "blend")]
+        cells = [" / ".join(f"{x:.3f}" if x is not None else "-" for x in r[o]) for o in orders]
         print(f"| {r['workload']} | {r['configs']} | " + " | ".join(cells) + " |")
-    for o in ("analytic", "learned", "blend"):
+    for o in orders:
         first = math.exp(np.mean([math.log(r[o][0]) for r in rows]))
         top = math.exp(np.mean([math.log(r[o][1]) for r in rows]))
         print(f"{o}: first {first:.3f}x the fastest, best of {LEVEL_1} {top:.3f}x (geometric means)")

@@ -64,8 +64,8 @@ from taskloom.ir.dtypes import DataType, TensorType, float32, index_type, int64
 from taskloom.ir.functor import substitute
 from taskloom.ir.index import row_major_offset
 from taskloom.schedule.contraction import Contraction
-from taskloom.schedule.cuda.matmul_mma import (ALIGNMENT_CHECKS, STAGED_ACCUMULATORS, _factor, _Kernel, _Tile, half_type,
-                                               template_function)
+from taskloom.schedule.cuda.matmul_mma import (ALIGNMENT_CHECKS, STAGED_ACCUMULATORS, _factor, _Kernel, _Tile,
+                                               half_type, template_function)
 from taskloom.transforms.names import NameGen
 
 BLOCK_K = 64  # one 128-byte row of 16-bit elements: the swizzle's width

@@ -128,9 +128,9 @@ def _loads(value: E.Expr, k: E.Var, run: int, fixed: set[E.Var], names: NameGen,
            held: set[E.Var] = frozenset()) -> tuple[list[S.Stmt], E.Expr] | None:  # type: ignore[assignment]
     """Each read of ``value`` loaded once: a run along ``k`` into a register buffer with
     16-byte copies, a read the same for the run (its indices of ``fixed`` variables only)
-    into a register (reads of ``held``, registers already, stay); a read under a ``select`` only where the select takes it (see
-    :func:`_guards`), zeros otherwise. ``value`` reading those; None where a read is neither
-    or its guard varies along the run."""
+    into a register (reads of ``held``, registers already, stay); a read under a ``select``
+    only where the select takes it (see :func:`_guards`), zeros otherwise. ``value``
+    reading those; None where a read is neither or its guard varies along the run."""
     guards = _guards(value)
     if guards is None:
         return None

@@ -5,7 +5,7 @@ The code of a build depends on the target's numbers, so a GPU that reads differe
 ``--gpu`` builds afresh; nothing is wrong then, only slower.
 
     TASKLOOM_CACHE_DIR=.gpucache python3 bench/gpu_prepare.py --gpu "NVIDIA H100 80GB HBM3" \
-        [--dram-gbs N] [--split-k] [--pdl] [--float32] [--matmuls] [--tuning] [--dynamic] [--check-models] bert resnet50
+        [--dram-gbs N] [--split-k] [--pdl] [--stores] [--float32] [--matmuls] [--tuning] [--dynamic] [--check-models] bert resnet50
 """
 from __future__ import annotations
 
@@ -150,6 +150,7 @@ def main() -> None:
     parser.add_argument("--check-models", action="store_true", help="also its check_models stage's builds")
     parser.add_argument("--split-k", action="store_true", help="also its split_k stage's model builds")
     parser.add_argument("--pdl", action="store_true", help="also its pdl stage's model builds")
+    parser.add_argument("--stores", action="store_true", help="also its stores stage's model builds")
     parser.add_argument("--float32", action="store_true", help="also the models in float32 (its fp32 step)")
     parser.add_argument("--gpu", default="NVIDIA H100 80GB HBM3", help="the name the GPU's driver reports")
     parser.add_argument("--arch", default="sm_90a")
@@ -168,11 +169,15 @@ def main() -> None:
         print(f"check_models: built in {prepare_check_models(target):.1f} s", flush=True)
     if args.dynamic:
         print(f"dynamic: built in {prepare_dynamic(target):.1f} s", flush=True)
-    from gpu_session import PDL_MODELS, SPLIT_MODELS
+    from gpu_session import PDL_MODELS, SPLIT_MODELS, STORE_MODELS, WINDOW_MODELS
     if args.split_k:
         print(f"split_k: built in {prepare_with('TASKLOOM_SPLIT_K', 'auto', SPLIT_MODELS, target):.1f} s", flush=True)
     if args.pdl:
         print(f"pdl: built in {prepare_with('TASKLOOM_PDL', '1', PDL_MODELS, target):.1f} s", flush=True)
+    if args.stores:  # (the stage's other setting is the models stage's build)
+        seconds = (prepare_with("TASKLOOM_STAGE_C", "0", STORE_MODELS, target)
+                   + prepare_with("TASKLOOM_WINDOW", "0", WINDOW_MODELS, target))
+        print(f"stores: built in {seconds:.1f} s", flush=True)
     for name in args.models:
         print(f"{name}: built in {prepare(name, target):.1f} s", flush=True)
         if args.float32:

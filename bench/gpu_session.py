@@ -227,6 +227,24 @@ def dependent_launches(out: Path, repeats: int, rounds: int) -> None:
         _save(out / "pdl.json", results)
 
 
+#: the models the stores stage times with C staged in shared memory and not
+#: (TASKLOOM_STAGE_C), and with the window kernel and not (TASKLOOM_WINDOW)
+STORE_MODELS = ("resnet50", "mobilenet_v2", "bert")
+WINDOW_MODELS = ("mobilenet_v2", "inception_v3")
+
+
+def stores_and_windows(out: Path, repeats: int, rounds: int) -> None:
+    """:data:`STORE_MODELS` with the tensor-core templates' C staged (``TASKLOOM_STAGE_C=1``)
+    against stored from the fragments, and :data:`WINDOW_MODELS` with the window kernel for
+    depthwise convolutions and pools (``TASKLOOM_WINDOW=1``) against a thread an element."""
+    results = []
+    for variable, names in (("TASKLOOM_STAGE_C", STORE_MODELS), ("TASKLOOM_WINDOW", WINDOW_MODELS)):
+        for name in names:
+            results.append(_guarded(lambda: model_ab(name, variable, ("0", "1"), repeats, rounds)))
+            print(f"{name} {variable}: {results[-1]}", flush=True)
+            _save(out / "stores.json", results)
+
+
 def model_ab(name: str, variable: str, settings: tuple[str, str], repeats: int, rounds: int,
              device: str = "cuda") -> dict[str, Any]:
     """Model ``name`` in float16 at batch 1 compiled with environment ``variable`` at each of
@@ -499,6 +517,8 @@ def main() -> None:
         split_linears(args.out, args.repeats, args.rounds)
     if "pdl" in stages:
         dependent_launches(args.out, args.repeats, args.rounds)
+    if "stores" in stages:
+        stores_and_windows(args.out, args.repeats, args.rounds)
     if "dynamic" in stages:
         dynamic_bert(args.out, args.repeats, args.rounds)
 

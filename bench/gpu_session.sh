@@ -63,7 +63,7 @@ export -f facts
     want matmul && step 90 python3 bench/gpu_session.py --out "$OUT" --stages matmul
     want mma_sync && [ "${TASKLOOM_WGMMA:-1}" != 0 ] && step 45 python3 bench/gpu_session.py --out "$OUT" --stages mma_sync
     keep=0  # what the steps after the models keep for themselves
-    for later in fp32:120 memcheck:150 tune:180 ncu:60 split_k:150 pdl:150 dynamic:60; do want "${later%:*}" && keep=$((keep + ${later#*:})); done
+    for later in fp32:120 memcheck:150 tune:180 ncu:60 split_k:150 pdl:150 stores:150 dynamic:60; do want "${later%:*}" && keep=$((keep + ${later#*:})); done
     want models && step "$(left $keep)" python3 bench/gpu_session.py --out "$OUT" --stages models ${MODEL_ARGS[@]+"${MODEL_ARGS[@]}"}
     # the five models in float32 against eager torch (correctness first: few timings)
     want fp32 && step 120 python3 bench/gpu_session.py --out "$OUT" --stages models --dtype float32 \
@@ -75,5 +75,6 @@ export -f facts
         --section ComputeWorkloadAnalysis --section SourceCounters python3 bench/gpu_ncu_matmul.py
     want split_k && step 150 python3 bench/gpu_session.py --out "$OUT" --stages split_k
     want pdl && step 150 python3 bench/gpu_session.py --out "$OUT" --stages pdl
+    want stores && step 150 python3 bench/gpu_session.py --out "$OUT" --stages stores
     want dynamic && step "$(left 0)" python3 bench/gpu_session.py --out "$OUT" --stages dynamic
 } 2>&1 | tee "$OUT/log.txt"

@@ -14,6 +14,7 @@ import taskloom
 from taskloom import ops
 from taskloom.graph import Graph, input
 from taskloom.graph.fusion import fuse_graph
+from taskloom.ir import gpu
 from taskloom.ir.dtypes import bfloat16, float16, float32
 from taskloom.schedule.contraction import match_contraction
 from taskloom.schedule.cuda.matmul_mma import CONFIGS, MmaConfig, mma_candidate, mma_kernel
@@ -278,3 +279,15 @@ def test_rows_padded_to_16_bytes_are_copied_whole_and_the_padding_never_read():
     assert "A into [m][k] by cp.async; B into [k][n] by cp.async" in fn.attr("doc")
     np.testing.assert_allclose(f32(out), f32(a[:, :K]) @ f32(b[:, :N]), rtol=2e-3, atol=5e-2)
     assert report.instructions["cp_async"] == report.counters.global_load_requests
+
+
+def test_c_staging_can_be_switched_off_to_time_against(monkeypatch):
+    a = half(64, 64)
+    ai = input(a.shape, "float16", name="a")
+    graph = Graph([ai], [ops.matmul(ai, taskloom.asarray(half(64, 128)))])
+    [group] = fuse_graph(graph)
+    con = match_contraction(group.task, (float32, float16, bfloat16))
+    assert "C staged in shared memory" in CONFIGS[1].kernel(con, "mm").attr("doc")
+    monkeypatch.setenv("TASKLOOM_STAGE_C", "0")
+    fn = CONFIGS[1].kernel(con, "mm")
+    assert "C stored from the fragments" in fn.attr("doc") and gpu.SHARED_REUSE not in dict(fn.attrs)

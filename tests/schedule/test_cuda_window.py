@@ -142,3 +142,9 @@ def test_one_compile_with_a_symbolic_batch_serves_every_batch():
                                       stride=2, padding=1, groups=c), 0, 6)
         want = F.conv2d(hidden, torch.from_numpy(w2.astype(np.float32))).numpy()
         np.testing.assert_allclose(model(xs).astype(np.float32), want, rtol=2e-2, atol=2e-2 * np.abs(want).max())
+
+
+def test_the_window_kernel_can_be_switched_off_to_time_against(monkeypatch):
+    graph, _ = depthwise((1, 6, 6, 16), 1, 1)
+    monkeypatch.setenv("TASKLOOM_WINDOW", "0")
+    assert "a thread an element" in kernel(graph)[1].attr("doc")

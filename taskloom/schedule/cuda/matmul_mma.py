@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -366,6 +367,12 @@ class _Tile:
 STAGED_ACCUMULATORS = 64
 
 
+def staging_enabled() -> bool:
+    """Whether C may be staged in shared memory (``TASKLOOM_STAGE_C=0`` keeps the stores from
+    the fragments: what a GPU session times it against)."""
+    return os.environ.get("TASKLOOM_STAGE_C", "1") != "0"
+
+
 class _Kernel:
     """The phases of one kernel, sharing its names and variables."""
 
@@ -646,7 +653,7 @@ class _Kernel:
         per = 16 // nbytes if nbytes in (2, 4) else 0
         last = simplify_expr(E.as_expr(self.con.output.shape[-1]))
         accumulators = math.prod(int(d.value) for d in self.acc.type.shape)  # type: ignore[attr-defined]
-        if not per or self.con.N % per or not E.is_const(last) or int(last.value) % per \
+        if not staging_enabled() or not per or self.con.N % per or not E.is_const(last) or int(last.value) % per \
                 or self.c.block_n * nbytes % 128 or accumulators > STAGED_ACCUMULATORS:
             return None
         # 8 elements of pad (16 bytes; 32 for float32 pairs, which a half-warp stores at once)

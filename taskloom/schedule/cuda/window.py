@@ -21,6 +21,7 @@ a thread per run of its output's columns.
 """
 from __future__ import annotations
 
+import os
 from typing import Callable
 
 from taskloom.ir import expr as E
@@ -44,7 +45,7 @@ def window_run(task: Task, inline: Callable[[E.Expr], E.Expr]) -> int | None:
     window reduction this kernel may serve (its output's last axis static and a whole
     number of runs, reductions in its definition, none inside another)."""
     run = output_run(task)
-    if run is None:
+    if run is None or os.environ.get("TASKLOOM_WINDOW", "1") == "0":  # (0: a thread an element, to time against)
         return None
     reductions = collect(inline(task.outputs[0].value), ReduceCompute)
     if not reductions or any(collect(r.value, ReduceCompute) for r in reductions):  # type: ignore[attr-defined]

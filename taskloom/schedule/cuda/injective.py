@@ -14,7 +14,7 @@ apart, such loads would touch twice the sectors that consecutive threads do.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Collection, Mapping
 
 from taskloom.ir import expr as E
 from taskloom.ir import gpu
@@ -67,7 +67,7 @@ def vector_kernel(task: Task, params: list[E.Var], out: E.Var, names: NameGen,
     k = E.Var(names.fresh("k"), index_type)
     first = lead[-1] * run
     value = inline(substitute(node.value, dict(zip(node.axes, (*lead[:-1], first + k)))))
-    found = _wide_reads(value, k, run, lead, names)
+    found = wide_reads(value, k, run, lead, names)
     if found is None:
         return None
     loads, value = found
@@ -99,32 +99,43 @@ def _copies(dst: E.TensorElement, src: E.TensorElement, run: int) -> list[S.Stmt
     return [gpu.VectorCopy(at(dst, c), at(src, c), step) for c in range(nbytes // step)]
 
 
-def _wide_reads(value: E.Expr, k: E.Var, run: int, lead: list[E.Var],
-                names: NameGen) -> tuple[list[S.Stmt], E.Expr] | None:
+def wide_reads(value: E.Expr, k: E.Var, run: int, fixed: Collection[E.Var], names: NameGen,
+               held: Collection[E.Var] = (), guards: Mapping[str, E.Expr] | None = None
+               ) -> tuple[list[S.Stmt], E.Expr] | None:
     """The reads of ``value`` that take ``run`` consecutive, aligned elements as ``k`` goes
     over the run, each loaded once into a register buffer, and the reads the same for every
-    ``k`` (a broadcast), each loaded once into a register; ``value`` reading those. None
-    where a read is neither."""
+    ``k`` (their indices of ``fixed`` variables only: a broadcast), each loaded once into a
+    register; ``value`` reading those. Reads of ``held`` (registers already) stay. A read
+    with a guard (``guards``, by the read's text: where a ``select`` takes it) is loaded
+    only where the guard holds, zeros standing in elsewhere. None where a read is neither,
+    or its guard varies along the run."""
+    guards = guards or {}
     loads: list[S.Stmt] = []
     swaps: dict[str, E.Expr] = {}
     e: E.TensorElement
     for e in collect(value, E.TensorElement):  # type: ignore[assignment]
         key = repr(e)
-        if key in swaps:
+        if key in swaps or e.tensor in held:
             continue
-        if set().union(*map(E.free_vars, e.indices)) <= set(lead):
-            v = E.Var(names.fresh(getattr(e.tensor, "name", "input")), e.type)
-            loads.append(S.Let(v, e))
+        guard = guards.get(key)
+        if guard is not None and k in E.free_vars(guard):
+            return None
+        name = getattr(e.tensor, "name", "input")
+        if set().union(*map(E.free_vars, e.indices)) <= set(fixed):
+            v = E.Var(names.fresh(name), e.type)
+            loads += ([S.Let(v, e)] if guard is None else
+                      [S.Declare(v, E.Constant(0, e.type)), S.If(guard, S.Assign(v, e))])
             swaps[key] = v
             continue
         if not _consecutive(e, k, run):
             return None
-        name = getattr(e.tensor, "name", "input")
         buf = E.Var(names.fresh(f"{name}_run"), TensorType(e.type, (E.as_expr(run),)))
         *rest, last = e.indices
         start = E.TensorElement(e.tensor, (*rest, simplify_expr(substitute(last, {k: E.as_expr(0)}))))
+        copies = _copies(E.TensorElement(buf, (E.as_expr(0),)), start, run)
+        zeros = S.For(k, E.as_expr(run), S.BufferStore(buf, (k,), E.Constant(0, e.type)), "unroll")
         loads += [S.Declare(buf, scope="register"),
-                  *_copies(E.TensorElement(buf, (E.as_expr(0),)), start, run)]
+                  *(copies if guard is None else [S.If(guard, S.seq(copies), zeros)])]
         swaps[key] = E.TensorElement(buf, (k,))
     return loads, _Swap(swaps).visit(value) if swaps else value
 

@@ -22,7 +22,7 @@ a thread per run of its output's columns.
 from __future__ import annotations
 
 import os
-from typing import Callable
+from typing import Callable, Collection
 
 from taskloom.ir import expr as E
 from taskloom.ir import gpu
@@ -32,7 +32,7 @@ from taskloom.ir.compute import GridCompute, ReduceCompute, Task
 from taskloom.ir.dtypes import TensorType, index_type
 from taskloom.ir.functor import Rewriter, collect, substitute
 from taskloom.ir.index import prod, unravel
-from taskloom.schedule.cuda.injective import _consecutive, _copies, _Swap, output_run
+from taskloom.schedule.cuda.injective import _copies, output_run, wide_reads
 from taskloom.schedule.cuda.rows import BLOCK
 from taskloom.transforms.names import NameGen
 
@@ -126,42 +126,11 @@ def _accumulate(r: ReduceCompute, k: E.Var, run: int, fixed: set[E.Var],
 
 
 def _loads(value: E.Expr, k: E.Var, run: int, fixed: set[E.Var], names: NameGen,
-           held: set[E.Var] = frozenset()) -> tuple[list[S.Stmt], E.Expr] | None:  # type: ignore[assignment]
-    """Each read of ``value`` loaded once: a run along ``k`` into a register buffer with
-    16-byte copies, a read the same for the run (its indices of ``fixed`` variables only)
-    into a register (reads of ``held``, registers already, stay); a read under a ``select``
-    only where the select takes it (see :func:`_guards`), zeros otherwise. ``value``
-    reading those; None where a read is neither or its guard varies along the run."""
+           held: Collection[E.Var] = ()) -> tuple[list[S.Stmt], E.Expr] | None:
+    """:func:`~taskloom.schedule.cuda.injective.wide_reads` of ``value``, a read under a
+    ``select`` loaded only where the select takes it (:func:`_guards`)."""
     guards = _guards(value)
-    if guards is None:
-        return None
-    loads: list[S.Stmt] = []
-    swaps: dict[str, E.Expr] = {}
-    for e in collect(value, E.TensorElement):
-        key = repr(e)
-        if key in swaps or e.tensor in held:  # type: ignore[attr-defined]
-            continue
-        guard = guards.get(key)
-        if guard is not None and k in E.free_vars(guard):
-            return None
-        label = getattr(e.tensor, "name", "input")  # type: ignore[attr-defined]
-        if set().union(*map(E.free_vars, e.indices)) <= fixed:  # type: ignore[attr-defined]
-            v = E.Var(names.fresh(label), e.type)
-            loads += ([S.Let(v, e)] if guard is None else
-                      [S.Declare(v, E.Constant(0, e.type)), S.If(guard, S.Assign(v, e))])
-            swaps[key] = v
-            continue
-        if not _consecutive(e, k, run):  # type: ignore[arg-type]
-            return None
-        buf = E.Var(names.fresh(f"{label}_run"), TensorType(e.type, (E.as_expr(run),)))
-        *rest, last = e.indices  # type: ignore[attr-defined]
-        start = E.TensorElement(e.tensor, (*rest, simplify_expr(substitute(last, {k: E.as_expr(0)}))))  # type: ignore
-        copies = _copies(E.TensorElement(buf, (E.as_expr(0),)), start, run)
-        zeros = S.For(k, E.as_expr(run), S.BufferStore(buf, (k,), E.Constant(0, e.type)), "unroll")
-        loads += [S.Declare(buf, scope="register"),
-                  *(copies if guard is None else [S.If(guard, S.seq(copies), zeros)])]
-        swaps[key] = E.TensorElement(buf, (k,))
-    return loads, _Swap(swaps).visit(value) if swaps else value
+    return None if guards is None else wide_reads(value, k, run, fixed, names, held, guards)
 
 
 def _guards(value: E.Expr) -> dict[str, E.Expr] | None:

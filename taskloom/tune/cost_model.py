@@ -423,6 +423,15 @@ def training_set(records: Records, target: CpuTarget, *, exclude: str | None = N
     return TrainingSet(np.concatenate(Xs), np.concatenate(ys), groups, names)
 
 
+def blended_ranks(analytic: Sequence[int], scores: np.ndarray) -> list[int]:
+    """Indices ``0 .. len(scores) - 1`` by the sum of their analytic rank (``analytic[i]``) and
+    learned rank (higher ``scores`` first, ties to the lower index), ties to the analytic
+    rank: the learned ranking and the analytic one are each wrong in their own way, and their
+    mean rank is steadier than either."""
+    learned = {i: r for r, i in enumerate(sorted(range(len(scores)), key=lambda i: -scores[i]))}
+    return sorted(range(len(scores)), key=lambda i: (learned[i] + analytic[i], analytic[i]))
+
+
 class CostModel:
     """A LightGBM lambdarank model over :data:`FEATURE_NAMES` (or ``feature_names``, the GPU
     ranker's); higher scores rank faster."""

@@ -2,8 +2,9 @@
 
 ``tune=2`` times every config of the template's space on the GPU, ``tune=1`` the best
 ``LEVEL_1`` by the analytic model, re-ranked by a model learned from this architecture's
-records where there are any (:mod:`taskloom.tune.cuda_ranker`); the configs of one contraction are built into one library (one
-nvcc run) and each kernel is timed on random inputs. Every time lands in the tuning records
+records where there are any (:mod:`taskloom.tune.cuda_ranker`); the configs of one
+contraction are built into one library (one nvcc run) and each kernel is timed on random
+inputs. Every time lands in the tuning records
 (:mod:`taskloom.tune.records`) under the GPU's name as well as its architecture
 (``cuda-sm_90a/NVIDIA H100 80GB HBM3``): an H100's times are not an H200's. At ``tune=0`` a
 compile takes the fastest recorded config of its contraction on this GPU, else the model's.

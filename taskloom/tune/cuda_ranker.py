@@ -25,7 +25,7 @@ from taskloom.schedule.cuda.mma_model import (Product, TensorCoreConfig, blocks_
                                               cycle_parts, registers, target_space)
 from taskloom.schedule.cuda.matmul_wgmma import WgmmaConfig
 from taskloom.target.cuda import CudaTarget
-from taskloom.tune.cost_model import TrainingSet
+from taskloom.tune.cost_model import TrainingSet, blended_ranks
 from taskloom.tune.records import Records
 
 FEATURE_NAMES = (
@@ -103,8 +103,7 @@ def training_set(records: Records, target: CudaTarget, *, exclude: str | None = 
 def blended_order(configs: Sequence[TensorCoreConfig], scores: np.ndarray) -> list[TensorCoreConfig]:
     """``configs`` (in the analytic model's order) re-ordered by the mean of their analytic
     and learned ranks (higher ``scores`` predicted faster), ties to the analytic order."""
-    learned = {i: r for r, i in enumerate(sorted(range(len(configs)), key=lambda i: -scores[i]))}
-    return [configs[i] for i in sorted(range(len(configs)), key=lambda i: (learned[i] + i, i))]
+    return [configs[i] for i in blended_ranks(range(len(configs)), scores)]
 
 
 def learned_order(p: Product, configs: Sequence[TensorCoreConfig], target: CudaTarget, nbytes: int,

@@ -253,11 +253,8 @@ class _Search:
         model = cost_model.CostModel().fit(data)
         X = cache.get_many([(self.shape, self.pack, c) for c in todo], self.target)
         scores = model.scores(X)
-        # blend the learned ranking with the analytic one: each is wrong in its own way, and
-        # their mean rank is steadier than either
         where = {c: k for k, c in enumerate(self.space)}
-        by_model = sorted(range(len(todo)), key=lambda i: where[todo[i]])
-        analytic_rank = {i: r for r, i in enumerate(by_model)}
-        learned_rank = {i: r for r, i in enumerate(sorted(range(len(todo)), key=lambda i: -scores[i]))}
-        self._order = [todo[i] for i in sorted(range(len(todo)),
-                                               key=lambda i: (learned_rank[i] + analytic_rank[i], analytic_rank[i]))]
+        analytic = [0] * len(todo)  # each config's place among todo in the analytic order
+        for r, i in enumerate(sorted(range(len(todo)), key=lambda i: where[todo[i]])):
+            analytic[i] = r
+        self._order = [todo[i] for i in cost_model.blended_ranks(analytic, scores)]

@@ -32,15 +32,15 @@ from taskloom.tune.tuner import recorded_config, tune_matmul
 def _matmul_cpu_config(found: Candidate, target: Target, tune: int, deadline: float | None) -> Any:
     t = found.tunable
     shape = t.con.hint
-    if not t.con.static:  # symbolic sizes: the model's choice for the representative sizes
+    if tune == 0 and t.con.static:
+        best = recorded_config(shape, target, workload=t.workload)
+        return best if best is not None else best_config(shape, target, t.pack, t.a_stride)
+    if not t.con.timeable:  # symbolic sizes: the model's choice for the representative sizes
         if tune > 0:
-            warnings.warn(f"tune={tune}: a kernel with symbolic sizes {t.con.shape} takes the analytic "
+            warnings.warn(f"tune={tune}: a kernel with symbolic sizes (its product {t.con.shape}) takes the analytic "
                           f"model's config for {shape}; it is not tuned by measurement", RuntimeWarning,
                           stacklevel=3)
         return best_config(shape, target, t.pack, t.a_stride)
-    if tune == 0:
-        best = recorded_config(shape, target, workload=t.workload)
-        return best if best is not None else best_config(shape, target, t.pack, t.a_stride)
     return tune_matmul(shape, target, level=tune, kernel=t.kernel, args=t.args, workload=t.workload,
                        pack=t.pack, deadline=deadline, a_stride=t.a_stride)
 

@@ -10,6 +10,7 @@ import numpy as np
 from taskloom import ops
 from taskloom.errors import FrontendError
 from taskloom.frontend.torch_aten import Converter, aten, dtype_of, filled, register, torch_dtype, unavailable
+from taskloom.frontend.torch_lower import batched_matmul as _torch_batched_matmul
 from taskloom.graph.tensor import Tensor, asarray
 from taskloom.ops.base import broadcast_shapes
 from taskloom.ir import dtypes as T
@@ -23,6 +24,11 @@ def _scaled(x: Any, factor: Any) -> Any:
 
 @register(aten.mm, aten.mv, aten.dot)
 def mm(a: Tensor, b: Tensor) -> Tensor:
+    return ops.matmul(a, b)
+
+
+@register(_torch_batched_matmul._opoverload)
+def batched_matmul(a: Tensor, b: Tensor) -> Tensor:
     return ops.matmul(a, b)
 
 

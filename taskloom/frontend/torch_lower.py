@@ -14,6 +14,11 @@ paths ``nn.TransformerEncoderLayer`` and ``nn.MultiheadAttention`` take in eval 
 ``aten._native_multi_head_attention``), written with torch functions that decompose further.
 They cover calls without a mask; with a mask the operator stays and is reported as unsupported.
 
+A ``matmul`` of two operands of three or more dimensions (attention's two products) is traced
+as one ``taskloom::matmul`` node (:func:`batched_products_whole`) rather than decomposed:
+torch's decomposition is reshapes around a ``bmm`` that taskloom's ``matmul`` does not need,
+and with symbolic sizes it is a large share of the trace's time.
+
 A restride (``aten.as_strided`` or ``as_strided_``, as in the pooler of Swin) of a contiguous
 input that reads a dense block of it -- its strides those of a contiguous tensor, up to an
 order of the dimensions -- is rewritten as the view, slice and permute it amounts to
@@ -21,6 +26,7 @@ order of the dimensions -- is rewritten as the view, slice and permute it amount
 """
 from __future__ import annotations
 
+import operator
 from typing import Any, Sequence
 
 import torch
@@ -103,6 +109,42 @@ def decomposition_table() -> dict[Any, Any]:
     return table
 
 
+@torch.library.custom_op("taskloom::matmul", mutates_args=())
+def batched_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``torch.matmul`` of operands of three or more dimensions, kept whole through the trace."""
+    return torch.matmul(a, b)
+
+
+@batched_matmul.register_fake
+def _batched_matmul_shape(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    return a.new_empty((*batch, a.shape[-2], b.shape[-1]))
+
+
+MATMULS = (torch.matmul, operator.matmul, torch.Tensor.matmul)
+
+
+def batched_products_whole(gm: torch.fx.GraphModule) -> None:
+    """Rewrites in place each ``torch.matmul`` (or ``@``) of two operands of three or more
+    dimensions into :func:`batched_matmul`, which the trace records as one node. torch's own
+    decomposition of it reshapes to a ``bmm`` through broadcast checks that cost tens of
+    milliseconds a product on symbolic sizes (attention's two products a layer), and
+    taskloom's ``matmul`` takes the batched product as it is."""
+    changed = False
+    for node in gm.graph.nodes:
+        is_call = node.op == "call_function" and node.target in MATMULS \
+            or node.op == "call_method" and node.target == "matmul"
+        if not is_call or len(node.args) != 2 or node.kwargs:
+            continue
+        values = [a.meta.get("example_value") if isinstance(a, torch.fx.Node) else None for a in node.args]
+        if all(isinstance(v, torch.Tensor) and v.dim() >= 3 for v in values) \
+                and values[0].dtype == values[1].dtype:
+            node.op, node.target = "call_function", torch.ops.taskloom.matmul.default
+            changed = True
+    if changed:
+        gm.recompile()
+
+
 def lower_to_aten(gm: torch.fx.GraphModule, args: Sequence[Any], symbolic: bool = False) -> torch.fx.GraphModule:
     """``gm`` re-traced on ``args`` (real tensors) as a graph of core ATen operators, functional
     (no in-place operators), for inference. Each node's ``meta['val']`` records the shape and
@@ -111,6 +153,7 @@ def lower_to_aten(gm: torch.fx.GraphModule, args: Sequence[Any], symbolic: bool 
     ``symbolic``: traced instead on dynamo's fake inputs, in its shape environment, so that
     sizes stay SymInts (:mod:`~taskloom.frontend.torch_symbolic`); not functionalized, which
     would specialize them (the converter applies in-place operators to later readers)."""
+    batched_products_whole(gm)
     if symbolic:
         from taskloom.frontend.torch_symbolic import traced_inputs
         with torch.no_grad(), traced_inputs(gm, args) as inputs:

@@ -69,6 +69,14 @@ class Contraction:
         return all(isinstance(d, int) for d in self.shape)
 
     @property
+    def timeable(self) -> bool:
+        """Whether every size is an int, the product's and its tensors' (a static product may
+        read a slice of an input whose batch is symbolic): a kernel that can be timed."""
+        tensors = (*self.task.inputs, self.output)
+        return self.static and not any(E.free_vars(d) for t in tensors for d in t.type.shape
+                                       if isinstance(d, E.Expr))
+
+    @property
     def hint(self) -> tuple[int, int, int, int]:
         """The shape as ints, each symbol at :data:`SYMBOL_HINT`: what a config is chosen for."""
         if self.static:

@@ -148,7 +148,7 @@ def tunable(con: Contraction, target: CpuTarget, prepacked_b: int = 0, prefetch_
 
     def fused(c: MatmulConfig, name: str = "fused") -> S.Function:
         return _fused_kernel(con, c, target, in_place, prepacked_b, prefetch_b, a_stride, a_run).renamed(name)
-    if not con.static:  # a kernel for symbolic sizes is not timed: no arguments to time it with
+    if not con.timeable:  # a kernel for symbolic sizes is not timed: no arguments to time it with
         key = workload_key(con, kinds) + ("/prepacked" if prepacked_b else "")
         return Tunable(con, key, (pack[0], 0.0) if prepacked_b else pack, fused, [], a_stride)
     specs = fused_arg_specs(con)

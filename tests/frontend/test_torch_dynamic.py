@@ -2,11 +2,14 @@
 compiled graph that serves every batch and sequence length its guards let through."""
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
 torch = pytest.importorskip("torch")
 
 import taskloom.torch as tt  # noqa: E402
+from taskloom.frontend.torch import PerShapeWarning  # noqa: E402
 
 
 class Attention(torch.nn.Module):
@@ -108,6 +111,45 @@ def test_transformers_models_compile_once_for_every_shape(family):
     schedules = [k["schedule"] for fn in compiled.taskloom_backend.compiled
                  for k in fn.compiled_graph.meta["kernels"]]
     assert sum(s.startswith("attention_cpu") for s in schedules) == 1, schedules
+
+
+class Products(torch.nn.Module):
+    """Attention's two batched products and one whose batch broadcasts."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(3, 8, 8))
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return (q @ k.transpose(-1, -2)).softmax(-1) @ v + torch.matmul(q[:1], self.w)
+
+
+@pytest.mark.parametrize("dynamic", [True, False])
+def test_batched_products_reach_taskloom_whole(dynamic):
+    """A ``matmul`` of operands of three or more dimensions is traced as one node, not torch's
+    reshapes around a ``bmm``, and taskloom computes what torch does at every size, with no
+    compile per shape: a sequence of 1 is a graph of its own (dynamo's guard), whose product
+    ``q[:1] @ w`` is static but reads a ``q`` of symbolic batch (not a kernel to time)."""
+    from taskloom.frontend.torch_lower import lower_to_aten
+    traced = []
+
+    def backend(gm, example_inputs):
+        traced.append(lower_to_aten(gm, example_inputs, symbolic=dynamic))
+        return gm.forward
+
+    torch._dynamo.reset()
+    model = Products().eval()
+    torch.compile(model, backend=backend, dynamic=dynamic)(*(torch.randn(2, 3, 5, 8) for _ in range(3)))
+    targets = [str(n.target) for n in traced[0].graph.nodes if n.op == "call_function"]
+    assert targets.count("taskloom.matmul.default") == 3 and not any("bmm" in t for t in targets), targets
+
+    compiled = tt.compile(model, dynamic=dynamic, fallback=False)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", PerShapeWarning)
+        for b, t in [(2, 5), (3, 9), (4, 1)]:
+            q, k, v = (torch.randn(b, 3, t, 8) for _ in range(3))
+            torch.testing.assert_close(compiled(q, k, v), model(q, k, v), rtol=1e-4, atol=1e-5)
+    assert all(fn.symbolic == dynamic for fn in compiled.taskloom_backend.compiled)
 
 
 class SmallCNN(torch.nn.Module):

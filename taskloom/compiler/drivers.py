@@ -25,7 +25,7 @@ from taskloom.schedule.registry import Candidate, Scheduled
 from taskloom.schedule.templates.attention_cpu import choose_config as choose_attention_cpu
 from taskloom.schedule.select import find_candidate, schedule_kernel as schedule_with
 from taskloom.target.base import Target
-from taskloom.tune.model import best_config, predict, rank
+from taskloom.tune.model import best_config, candidates, predict, rank
 from taskloom.tune.tuner import recorded_config, tune_matmul
 
 
@@ -179,11 +179,13 @@ def _mma_variants(found: Candidate, target: Target, points: Sequence[Mapping[str
 def _model_config(shape: tuple[int, ...], target: Target, pack: tuple[float, float], a_stride: int,
                   nv: int | None = None) -> Any:
     """The analytic model's config for a shape (a dynamic graph asks for many, often again);
-    with ``nv``, its best among the configs whose tiles are ``nv`` vectors wide."""
+    with ``nv``, its best among the configs whose tiles are ``nv`` vectors wide (only those
+    ranked: the model's time for the others was most of a dynamic compile's choosing)."""
     if nv is None:
         return best_config(shape, target, pack, a_stride)
-    ranked = [c for c, *_ in rank(shape, target, pack=pack, a_stride=a_stride) if c.nv == nv]
-    return ranked[0] if ranked else best_config(shape, target, pack, a_stride)
+    wide = [c for c in candidates(shape, target) if c.nv == nv]
+    ranked = rank(shape, target, wide, pack=pack, a_stride=a_stride) if wide else []
+    return ranked[0][0] if ranked else best_config(shape, target, pack, a_stride)
 
 
 @functools.lru_cache(maxsize=16384)

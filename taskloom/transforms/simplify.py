@@ -14,7 +14,6 @@ the bounds are unknown.
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Mapping
 
 from taskloom.errors import TransformError

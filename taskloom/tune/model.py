@@ -44,7 +44,6 @@ import functools
 from dataclasses import dataclass, field
 
 from taskloom.ir import cdiv
-from taskloom.ir import expr as E
 from taskloom.ir.dtypes import float32
 from taskloom.schedule.templates.matmul_cpu import (L1_SET_SPAN, MatmulConfig, blocking, default_config,
                                                      matmul_space, reads_a_in_place, reads_b_in_place)

@@ -423,21 +423,27 @@ def unwrap_error(error: BaseException) -> BaseException:
 
 def _raising_taskloom_errors(fn: Callable, size_oblivious: bool = False) -> Callable:
     """``fn`` (a function torch.compile made) raising taskloom errors out of dynamo's
-    ``BackendCompilerFailed``; with ``size_oblivious``, traced (whenever dynamo traces) with a
-    size of 1 as symbolic as any other, where the model's code does not branch on it: one
-    graph serves a batch of 1 and of 8, where dynamo would otherwise specialize on the 1."""
+    ``BackendCompilerFailed``; with ``size_oblivious``, its first call traced with a size of 1
+    as symbolic as any other, where the model's code does not branch on it: one graph serves
+    a batch of 1 and of 8, where dynamo would otherwise specialize on the 1. Later calls that
+    trace again (a guard failed) trace as dynamo does: there, a dimension dynamo made dynamic
+    because it changed between calls may be one of size 1 that broadcasts (an attention
+    mask's heads), which a size-oblivious trace cannot broadcast."""
     from torch._dynamo.exc import BackendCompilerFailed
-    # (and a float the model holds, an epsilon or a scale, is a constant rather than a tensor
-    # made on every call: taskloom inlines such a value anyway)
-    sizes, floats = ((torch.fx.experimental._config.patch(backed_size_oblivious=True),
-                      torch._dynamo.config.patch(specialize_float=True)) if size_oblivious
-                     else (contextlib.nullcontext(), contextlib.nullcontext()))
+    first = [size_oblivious]
 
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
+        # (and a float the model holds, an epsilon or a scale, is a constant rather than a
+        # tensor made on every call: taskloom inlines such a value anyway)
+        sizes, floats = ((torch.fx.experimental._config.patch(backed_size_oblivious=True),
+                          torch._dynamo.config.patch(specialize_float=True)) if first[0]
+                         else (contextlib.nullcontext(), contextlib.nullcontext()))
         try:
             with sizes, floats:
-                return fn(*args, **kwargs)
+                out = fn(*args, **kwargs)
+            first[0] = False
+            return out
         except BackendCompilerFailed as e:
             inner = unwrap_error(e)
             if inner is e:

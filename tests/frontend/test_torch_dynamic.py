@@ -113,6 +113,26 @@ def test_transformers_models_compile_once_for_every_shape(family):
     assert sum(s.startswith("attention_cpu") for s in schedules) == 1, schedules
 
 
+def test_recompiles_at_a_length_of_1_trace_as_dynamo_does():
+    """transformers' GPT-2 with torch's SDPA: a sequence of 1 takes other code (graphs of its
+    own), after which dynamo makes dimensions dynamic that changed between calls, among them
+    the attention mask's heads, of size 1. Traced size-obliviously, that mask could not
+    broadcast and a later call at a new length failed in dynamo; only the first call is
+    traced that way, and every call computes what the model does."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    model = transformers.GPT2Model(transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, use_cache=False)).eval()
+    compiled = tt.compile(model, dynamic=True, fallback=False)
+    with torch.no_grad():
+        for b, t in [(3, 7), (1, 7), (2, 1), (1, 1), (8, 33), (3, 1)]:
+            ids = torch.randint(0, 1000, (b, t))
+            torch.testing.assert_close(compiled(input_ids=ids).last_hidden_state,
+                                       model(input_ids=ids).last_hidden_state, rtol=1e-4, atol=1e-4)
+    # a batch of 1 and a length of 1 are guards of code before the backend (transformers'
+    # mask code, torch's own decompositions), which dynamo keeps: four graphs, not one a call
+    assert len(compiled.taskloom_backend.compiled) <= 4
+
+
 class Products(torch.nn.Module):
     """Attention's two batched products and one whose batch broadcasts."""
 

@@ -720,12 +720,9 @@ class _Kernel:
 
         def at(column: E.Expr) -> tuple:
             return tuple(unravel((self.bz * con.M + m) * con.N + column, con.output.shape))
-        if stage is not None:  # (staged only where N is even)
-            store: S.Stmt = pair_store(E.TensorElement(stage, (m_in, n_in)), e, value(n + e, e), self.names)
-            if tested:
-                store = S.If(E.logical_and(m < con.M, n < con.N), store)
-        elif con.N % 2 == 0:
-            store = pair_store(E.TensorElement(self.out, at(n)), e, value(n + e, e), self.names)
+        if stage is not None or con.N % 2 == 0:  # (C is staged only where N is even)
+            dst = E.TensorElement(self.out, at(n)) if stage is None else E.TensorElement(stage, (m_in, n_in))
+            store: S.Stmt = pair_store(dst, e, value(n + e, e), self.names)
             if tested:  # n is even and so is N: the pair is inside C or wholly outside
                 store = S.If(E.logical_and(m < con.M, n < con.N), store)
         else:

@@ -7,8 +7,9 @@ shape, and against the peers, over a sweep of batch sizes (and sequence lengths)
 Systems, each run the way its documentation recommends:
 
 - ``taskloom-dynamic``, one compiled object for the whole sweep. BERT and GPT-2:
-  ``taskloom.torch.compile(model, dynamic=True)``; dynamo specializes a size of 1, which
-  makes a second graph. The CNNs and the MLP, whose image or feature sizes are fixed:
+  ``taskloom.torch.compile(model, dynamic=True)``; dynamo specializes a size of 1 where the
+  model's code branches on it, which makes graphs of their own (running the first graph's
+  library where they are that graph at that size). The CNNs and the MLP, whose image or feature sizes are fixed:
   ``taskloom.compile(model, inputs, dynamic={0: {0: ("batch", 1, B)}})``, one graph up to the
   sweep's largest batch B.
 - ``taskloom-static`` (``static``): a compile per shape, the same way with fixed shapes.
@@ -23,7 +24,8 @@ the order shifted each round (:mod:`taskloom.bench.timing`); a row gives the med
 its runs. Every output is checked against eager PyTorch. A system's compile time is what
 its first call at each shape took beyond a timed call (the compiles that call triggered),
 plus any compile before the sweep; taskloom's and inductor's build caches start empty.
-Compiles are counted from taskloom's backend (each graph and each program built for it).
+Compiles are counted from taskloom's backend (each program built for a graph; a graph dynamo
+traced again that runs an earlier graph's library builds none), beside the graphs dynamo gave it.
 """
 from __future__ import annotations
 
@@ -51,8 +53,8 @@ class System:
     before the sweep, its first call at each shape, and how many compiles it made."""
 
     def __init__(self, name: str, fn: Callable[[Any], Any], compile_s: float = 0.0,
-                 compiles: Callable[[], int] | None = None):
-        self.name, self.fn, self.compile_s, self.compiles = name, fn, compile_s, compiles
+                 compiles: Callable[[], int] | None = None, graphs: Callable[[], int] | None = None):
+        self.name, self.fn, self.compile_s, self.compiles, self.graphs = name, fn, compile_s, compiles, graphs
         self.first_calls: list[float] = []
 
 
@@ -66,7 +68,10 @@ def _runner(fn: Callable[[Any], Any], x: Any) -> Callable[[], np.ndarray]:
 
 
 def _programs(compiled: Any) -> int:
-    return sum(len(fn._programs) for fn in compiled.taskloom_backend.compiled)
+    """The libraries taskloom built: a program for each graph dynamo gave it and each input
+    pattern, less those that run an earlier graph's library (``CompiledFunction.reuses``)."""
+    from taskloom.frontend.torch import _Reused
+    return sum(not isinstance(p, _Reused) for fn in compiled.taskloom_backend.compiled for p in fn._programs.values())
 
 
 def _taskloom(name: str, model: Any, example: Any, max_batch: int, dynamic: bool) -> System:
@@ -77,7 +82,8 @@ def _taskloom(name: str, model: Any, example: Any, max_batch: int, dynamic: bool
     label = "taskloom-dynamic" if dynamic else "taskloom-static"
     if name in SEQUENCE_MODELS:
         compiled = tt.compile(model, dynamic=dynamic)
-        return System(label, compiled, compiles=lambda: _programs(compiled))
+        return System(label, compiled, compiles=lambda: _programs(compiled),
+                      graphs=lambda: len(compiled.taskloom_backend.compiled))
     if not dynamic:
         graphs: dict[tuple[int, ...], Any] = {}
 
@@ -157,11 +163,12 @@ def sweep(name: str, batches: list[int], seqs: list[int], peers: tuple[str, ...]
         systems = _systems(name, model, example, max(batches), peers, Path(tmp))
         rows = [_time_shape(model, systems, inputs(name, b, s)[0], b, s, repeats, rounds) for b, s in shapes]
     compiles = {t.name: t.compiles() for t in systems if t.compiles is not None}
+    graphs = {t.name: t.graphs() for t in systems if t.graphs is not None}  # (dynamo's, for the torch frontend)
     # what each first call took beyond a timed call: the compile it triggered, if any
     compile_s = {t.name: t.compile_s + sum(max(0.0, c - row["ms"][t.name] / 1e3) for c, row in zip(t.first_calls, rows))
                  for t in systems}
-    return {"model": name, "shapes": shapes, "rows": rows, "compiles": compiles, "compile_s": compile_s,
-            "first_calls_s": {t.name: t.first_calls for t in systems}, "threads": torch.get_num_threads(),
+    return {"model": name, "shapes": shapes, "rows": rows, "compiles": compiles, "graphs": graphs,
+            "compile_s": compile_s, "first_calls_s": {t.name: t.first_calls for t in systems}, "threads": torch.get_num_threads(),
             "machine": machine(), "versions": versions()}
 
 
@@ -217,9 +224,10 @@ def format_sweep(record: dict[str, Any]) -> str:
         ratios = [row["ms"]["taskloom-dynamic"] / row["ms"][name] for row in rows]
         geomean = float(np.exp(np.mean(np.log(ratios))))
         worst = max(row["max_abs_diff"][name] for row in rows)
-        compiles = record["compiles"].get(name)
+        compiles, graphs = record["compiles"].get(name), record.get("graphs", {}).get(name)
         lines.append(f"  {name:17s} dynamic/this {geomean:6.3f} (geomean)  compile {record['compile_s'][name]:7.1f} s"
-                     + (f"  compiles {compiles}" if compiles is not None else "") + f"  max |diff| {worst:.1e}")
+                     + (f"  compiles {compiles}" if compiles is not None else "")
+                     + (f" of {graphs} dynamo graphs" if graphs is not None else "") + f"  max |diff| {worst:.1e}")
     return "\n".join(lines)
 
 

@@ -15,7 +15,10 @@ What to know:
 
 - It is for inference. Parameters and buffers become constants of the compiled graph; when
   one is changed in place or replaced, the next call compiles again with the new values.
-- Shapes are static: a new input shape compiles a new graph (kept beside the others).
+- Shapes are static by default: a new input shape compiles a new graph (kept beside the
+  others). With dynamic shapes one graph serves every size dynamo's guards let through
+  (:mod:`~taskloom.frontend.torch_symbolic`), and a graph dynamo traces again that is an
+  earlier graph at some sizes runs that graph's library (:mod:`~taskloom.frontend.torch_reuse`).
 - Inputs must be CPU tensors; outputs are CPU torch tensors sharing memory with the
   arrays the native code wrote (DLPack, no copy).
 - Operators without a converter, and nodes their converter refuses, run in PyTorch
@@ -40,6 +43,7 @@ import logging
 import operator
 import re
 import warnings
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -51,6 +55,7 @@ from taskloom.frontend.torch_aten import REGISTRY, register
 from taskloom.frontend.torch_convert import Conversion, convert
 from taskloom.frontend.torch_fallback import Fallback, SplitGraph, split, summary
 from taskloom.frontend.torch_lower import lower_to_aten
+from taskloom.frontend.torch_reuse import Binding, specializes
 from taskloom.frontend.torch_symbolic import (fake_inputs, fixed_symbols, graph_is_symbolic, inline_scalar_reads,
                                               MAX_SIZE, ranges as symbol_ranges, ranges_of, symbol_names)
 
@@ -217,6 +222,24 @@ class _SplitProgram(_Program):
         return self.split(args)
 
 
+class _Reused(_Program):
+    """A specialization run by an earlier graph's library: this graph is that graph at some of
+    its sizes (:mod:`~taskloom.frontend.torch_reuse`), and ``binding`` makes its arguments."""
+
+    def __init__(self, owner: "CompiledFunction", binding: Binding):  # (no conversion of its own)
+        self.owner, self.binding = owner, binding
+
+    def holds(self, state: tuple[tuple, list]) -> bool:
+        return True  # (the owner checks its own state on each call)
+
+    def run(self, args: Sequence[Any]) -> Any:
+        return self.owner(*self.binding.arguments(args))
+
+
+#: The compiled graphs with symbolic sizes a later graph may be served by (:meth:`CompiledFunction._reuse`).
+_LIBRARIES: "weakref.WeakSet[CompiledFunction]" = weakref.WeakSet()
+
+
 def _rebuilder(spec: TreeSpec) -> Callable[[list], Any]:
     """What turns the output leaves into torch's output structure. A graph's outputs are
     nearly always a flat tuple or list of tensors, which is built directly: the general
@@ -238,11 +261,14 @@ class CompiledFunction:
     parts in the order they run; ``fallbacks`` lists the nodes PyTorch runs (a
     :class:`~taskloom.frontend.torch_fallback.Fallback` each). ``per_shape`` says why the
     graph's symbolic sizes were given up for a compile per shape (empty while they are kept).
+    ``reuses`` is the earlier :class:`CompiledFunction` whose library runs this graph, where
+    dynamo traced again for a guard on a size (a batch of 1) and this graph turned out to be
+    the earlier one at that size (:mod:`~taskloom.frontend.torch_reuse`): nothing is compiled.
     """
 
     def __init__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: Options,
-                 dims: Mapping[int, Mapping[int, str]] | None = None):
-        self.gm, self.options = gm, options
+                 dims: Mapping[int, Mapping[int, str]] | None = None, reuse: bool = True):
+        self.gm, self.options, self._may_reuse = gm, options, reuse
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         if len(placeholders) != len(example_inputs):
             raise FrontendError(f"dynamo gave {len(example_inputs)} example inputs for a graph with "
@@ -255,13 +281,18 @@ class CompiledFunction:
         self._values_at = [k for k, (i, a) in enumerate(zip(self._is_input, example_inputs))
                            if not i and not isinstance(a, torch.Tensor)]
         self._names = [_input_name(n, k) for k, n in enumerate(placeholders)]
+        self._targets = [str(n.target) for n in placeholders]  # (what pairs two graphs' placeholders)
+        self.reuses: CompiledFunction | None = None
         # dynamo's sizes are symbols (dynamic=True, or a dimension seen to change): one
         # compiled graph serves every size its guards let through
         self.symbolic = graph_is_symbolic(gm)
         fakes = fake_inputs(gm) if self.symbolic else []
         self._symbol_names = {**fixed_symbols(fakes), **(symbol_names([fakes[k] for k in self._inputs_at], dims)
                                                            if fakes and dims else {})}
-        self._ranges = symbol_ranges(fakes, self._symbol_names) if self.symbolic else {}
+        # from 1 where dynamo's range starts at 2 only because it specializes a size of 1: a
+        # graph dynamo traces for that size may then run this one's library (_reuse)
+        self._ranges = {name: (1 if low == 2 and reuse else low, high) for name, (low, high) in
+                        (symbol_ranges(fakes, self._symbol_names) if self.symbolic else {}).items()}
         # Python floats dynamo passes as new tensors each call (with dynamic shapes): the
         # program inlines their values, so they key it by value
         self._scalars_at = [k for k, n in enumerate(placeholders) if _wrapped_float(n)]
@@ -282,6 +313,8 @@ class CompiledFunction:
                 raise
             self._compile_per_shape(e)
             self._specialize(concrete, allow_fallback=False)
+        if self.symbolic and self.compiled_graph is not None and self.reuses is None:
+            _LIBRARIES.add(self)
 
     def _compile_per_shape(self, error: Exception) -> None:
         """Gives up the symbolic sizes that ``error`` refused: each input shape compiles a
@@ -338,6 +371,9 @@ class CompiledFunction:
         except Exception as e:
             raise FrontendError(f"torch could not lower the captured graph to core ATen operators "
                                 f"({type(e).__name__}: {_first_line(e)})") from e
+        reused = self._reuse(aten_gm, args) if self._may_reuse else None
+        if reused is not None:
+            return reused
         try:
             conversion = convert(aten_gm, args, self._is_input, self._names, self._symbol_names)
         except FrontendError as e:  # operators without a converter, or a node its converter refused
@@ -353,6 +389,35 @@ class CompiledFunction:
         self.aten_graph, self.graph, self.compiled_graph = aten_gm, conversion.graph, compiled
         self.compiled_graphs, self.fallbacks = ([] if compiled is None else [compiled]), []
         return _Program(conversion, compiled, self._state(args))
+
+    def _reuse(self, aten_gm: torch.fx.GraphModule, args: Sequence[Any]) -> _Program | None:
+        """A program that runs an earlier graph's library, when this graph is that graph at
+        some of its sizes and that library serves them with the state (parameters) it holds."""
+        for other in list(_LIBRARIES):
+            if other.options != self.options or other.aten_graph is None or not other.symbolic:
+                continue
+            try:
+                binding = specializes(other.aten_graph, other._targets, other._served_range, aten_gm, self._targets,
+                                      self._is_input)
+            except Exception as e:  # (a comparison that failed costs a compile, never the graph)
+                warnings.warn(f"taskloom: this graph was not compared with an earlier one ({type(e).__name__}: "
+                              f"{_first_line(e)}); it compiles on its own", stacklevel=2)
+                return None
+            if binding is None:
+                continue
+            theirs = binding.arguments(args)
+            program = other._programs.get(other._key(theirs))
+            if not (type(program) is _Program and program.holds(other._state(theirs))):
+                continue
+            self.reuses, self.aten_graph, self.graph = other, aten_gm, other.graph
+            self.compiled_graph, self.compiled_graphs, self.fallbacks = other.compiled_graph, [other.compiled_graph], []
+            return _Reused(other, binding)
+        return None
+
+    def _served_range(self, symbol: str) -> tuple[int, int] | None:
+        """The range of sizes this graph's library was compiled for, of dynamo's ``symbol``."""
+        name = self._symbol_names.get(symbol, symbol)
+        return (name, name) if isinstance(name, int) else self._ranges.get(name)
 
     def _build_split(self, aten_gm: torch.fx.GraphModule, args: Sequence[Any], error: FrontendError) -> _SplitProgram:
         """The program of a graph some of whose nodes run in PyTorch, with the warning saying which."""
@@ -463,14 +528,18 @@ def _warn_fallback(error: Exception) -> Fallback:
 class Backend:
     """A dynamo backend with fixed :class:`Options`; ``torch.compile(model, backend=Backend(tune=1))``.
     ``compiled`` lists the :class:`CompiledFunction` of every graph it compiled, in order;
-    ``fallbacks`` what of them runs in PyTorch."""
+    ``fallbacks`` what of them runs in PyTorch. With ``reuse`` (the default), a graph dynamo
+    traces again for a guard on a size runs an earlier graph's library where it is that graph
+    at that size (:attr:`CompiledFunction.reuses`), compiling nothing."""
 
     __name__ = "taskloom"  # how dynamo names the backend in its messages
 
     def __init__(self, *, target: Any = None, tune: int = 0, fallback: bool = True, budget: Any = None,
-                 layout: str = "auto", device: str | None = None, dims: Mapping[int, Mapping[int, str]] | None = None):
+                 layout: str = "auto", device: str | None = None, dims: Mapping[int, Mapping[int, str]] | None = None,
+                 reuse: bool = True):
         self.options = Options(target, tune, fallback, budget, layout, device)
         self.dims = dims  # names of the inputs' symbolic dimensions, by position (compile_module's dynamic=)
+        self.reuse = reuse  # whether a graph may run an earlier graph's library (CompiledFunction.reuses)
         self.compiled: list[CompiledFunction] = []
         self._eager_graphs: list[Fallback] = []  # graphs that run in PyTorch as a whole
 
@@ -483,7 +552,7 @@ class Backend:
                  options: Mapping[str, Any] | None = None, mode: str | None = None) -> Callable:
         opts = Options.parse(options, mode, defaults=self.options) if options or mode else self.options
         try:
-            fn = CompiledFunction(gm, example_inputs, opts, self.dims)
+            fn = CompiledFunction(gm, example_inputs, opts, self.dims, self.reuse)
         except Exception as e:
             if not _may_fall_back(opts, e):
                 raise
@@ -518,6 +587,7 @@ def compile_module(model: Any, example_inputs: tuple[Any, ...], *, target: Any =
     dims = dynamic_dims(model, example_inputs, dynamic)
     tensors = [k for k, x in enumerate(example_inputs) if isinstance(x, torch.Tensor)]
     backend = Backend(target=target, tune=tune, fallback=False, budget=budget, layout=layout, device=device,
+                      reuse=False,  # (the library returned is this graph's own, for its declared ranges)
                       dims={tensors.index(k): {d: n for d, (n, _, _) in named.items()} for k, named in dims.items()})
     inputs = _marked(example_inputs, dims)
     # every module of a class shares its forward's code, and each capture adds an entry to

@@ -153,7 +153,7 @@ def ranges(fakes: Sequence[Any], names: Mapping[str, str] | None = None) -> dict
         if isinstance(name, int):
             continue  # fixed by a guard (fixed_symbols)
         low, high = out.get(name, (0, MAX_SIZE))
-        out[name] = (max(_bound(r.lower, 0), low), min(_bound(r.upper, MAX_SIZE), high))
+        out[name] = (max(bound(r.lower, 0), low), min(bound(r.upper, MAX_SIZE), high))
     return out
 
 
@@ -182,7 +182,7 @@ def _shape_env(fakes: Sequence[Any]) -> Any:
     return None
 
 
-def _bound(value: Any, infinite: int) -> int:
+def bound(value: Any, infinite: int) -> int:
     """A range's end as an int; ``infinite`` for torch's and sympy's infinities."""
     if isinstance(value, int):
         return value

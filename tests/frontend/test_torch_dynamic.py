@@ -129,8 +129,11 @@ def test_recompiles_at_a_length_of_1_trace_as_dynamo_does():
             torch.testing.assert_close(compiled(input_ids=ids).last_hidden_state,
                                        model(input_ids=ids).last_hidden_state, rtol=1e-4, atol=1e-4)
     # a batch of 1 and a length of 1 are guards of code before the backend (transformers'
-    # mask code, torch's own decompositions), which dynamo keeps: four graphs, not one a call
-    assert len(compiled.taskloom_backend.compiled) <= 4
+    # mask code, torch's own decompositions), which dynamo keeps: four graphs, not one a call,
+    # each of them the first at those sizes, run by its library: one compile
+    graphs = compiled.taskloom_backend.compiled
+    assert len(graphs) <= 4
+    assert [fn.reuses is None for fn in graphs] == [True] + [False] * (len(graphs) - 1)
 
 
 class Products(torch.nn.Module):

@@ -394,7 +394,7 @@ class CompiledFunction:
         """A program that runs an earlier graph's library, when this graph is that graph at
         some of its sizes and that library serves them with the state (parameters) it holds."""
         for other in list(_LIBRARIES):
-            if other.options != self.options or other.aten_graph is None or not other.symbolic:
+            if other is self or other.options != self.options or other.aten_graph is None or not other.symbolic:
                 continue
             try:
                 binding = specializes(other.aten_graph, other._targets, other._served_range, aten_gm, self._targets,

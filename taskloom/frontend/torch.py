@@ -268,7 +268,9 @@ class CompiledFunction:
 
     def __init__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: Options,
                  dims: Mapping[int, Mapping[int, str]] | None = None, reuse: bool = True):
-        self.gm, self.options, self._may_reuse = gm, options, reuse
+        # (torch.compile(dynamic=False) asks for a specialized compile of each shape: no reuse)
+        self.gm, self.options = gm, options
+        self._may_reuse = reuse and torch._dynamo.config.automatic_dynamic_shapes
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         if len(placeholders) != len(example_inputs):
             raise FrontendError(f"dynamo gave {len(example_inputs)} example inputs for a graph with "
@@ -291,7 +293,7 @@ class CompiledFunction:
                                                            if fakes and dims else {})}
         # from 1 where dynamo's range starts at 2 only because it specializes a size of 1: a
         # graph dynamo traces for that size may then run this one's library (_reuse)
-        self._ranges = {name: (1 if low == 2 and reuse else low, high) for name, (low, high) in
+        self._ranges = {name: (1 if low == 2 and self._may_reuse else low, high) for name, (low, high) in
                         (symbol_ranges(fakes, self._symbol_names) if self.symbolic else {}).items()}
         # Python floats dynamo passes as new tensors each call (with dynamic shapes): the
         # program inlines their values, so they key it by value

@@ -131,3 +131,27 @@ def test_a_transformer_compiled_once_with_dynamic_sizes_serves_each_length():
     assert not compiled.per_shape and compiled.compiled_graph.meta["dynamic"]["symbols"]
     schedules = " ".join(k["schedule"] for k in compiled.compiled_graph.meta["kernels"])
     assert "attention_cuda" in schedules and "matmul_mma" in schedules
+
+
+def test_dynamos_graph_for_a_batch_of_1_runs_the_cuda_library():
+    """Through torch.compile itself dynamo specializes a batch of 1 (a graph of its own); that
+    graph is the first one at a batch of 1, so it runs the first one's CUDA library."""
+    from taskloom.frontend.torch import Backend
+
+    class Scores(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(16, 16)
+
+        def forward(self, x):
+            return self.proj(x).softmax(-1)
+
+    model = Scores().eval()
+    backend = Backend(target="cuda:sm_80", device="emulator")
+    fn = torch.compile(model, backend=backend, dynamic=True)
+    with torch.no_grad():
+        for batch, seq in ((3, 5), (1, 5), (1, 9)):
+            x = torch.randn(batch, seq, 16)
+            torch.testing.assert_close(fn(x), model(x), rtol=1e-5, atol=1e-6)
+    first, at_1 = backend.compiled
+    assert at_1.reuses is first and at_1.compiled_graph is first.compiled_graph

@@ -14,6 +14,13 @@ from taskloom.frontend.torch_reuse import specializes  # noqa: E402
 EVERY_SIZE = (0, 2 ** 31 - 1)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()  # (what dynamo learnt of a forward's sizes in one test changes its graphs in the next)
+    yield
+    torch._dynamo.reset()
+
+
 def _expands(x: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     """transformers' GPT-2 does this to its position ids: at a batch of 1, no expand."""
     q = p[:, : x.shape[1]]
@@ -136,3 +143,18 @@ def test_a_later_graphs_library_serves_a_batch_of_1_too():
             torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-6)
     first, short, short_at_1, first_at_1 = compiled.taskloom_backend.compiled
     assert (first.reuses, short.reuses, short_at_1.reuses, first_at_1.reuses) == (None, None, short, first)
+
+
+def test_a_static_compile_specializes_each_shape():
+    """torch.compile(dynamic=False) asks for a compile specialized to each shape: its graphs
+    run no library of a dynamic compile of the same model."""
+    torch.manual_seed(0)
+    model = Positions().eval()
+    dynamic, static = tt.compile(model, dynamic=True, fallback=False), tt.compile(model, fallback=False)
+    with torch.no_grad():
+        for b, t in [(3, 5), (1, 5)]:
+            x = torch.randn(b, t, 16)
+            torch.testing.assert_close(dynamic(x), model(x), rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(static(x), model(x), rtol=1e-5, atol=1e-6)
+    assert [fn.reuses is None for fn in dynamic.taskloom_backend.compiled] == [True, False]
+    assert [fn.reuses is None for fn in static.taskloom_backend.compiled] == [True, True]

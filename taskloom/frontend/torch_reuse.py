@@ -127,7 +127,8 @@ def _bind(earlier: torch.fx.GraphModule, earlier_names: Sequence[str], earlier_f
             continue
         other = later_at.get(name)
         theirs = other.meta.get("val") if other is not None else None
-        if not isinstance(theirs, torch.Tensor) or theirs.dtype != mine.dtype or theirs.dim() != mine.dim():
+        if not isinstance(theirs, torch.Tensor) or (theirs.dtype, theirs.device, theirs.dim()) != \
+                (mine.dtype, mine.device, mine.dim()):
             raise _NoMatch
         pairs += [(_expr(a, earlier_fixed), _expr(b, later_fixed)) for a, b in zip(mine.shape, theirs.shape)]
     values: dict[sympy.Symbol, sympy.Expr] = {}

@@ -62,6 +62,14 @@ def test_a_size_outside_the_earlier_librarys_range_is_no_match():
     assert _match(earlier, later, lambda symbol: (2, EVERY_SIZE[1])) is None
 
 
+def test_inputs_on_another_device_or_of_another_dtype_make_no_match():
+    (earlier,) = _graphs(_expands, (3, 5))
+    p = torch.randn(1, 16)
+    on_meta = make_fx(_expands, tracing_mode="symbolic")(torch.randn(1, 5, device="meta"), p.to("meta"))
+    in_double = make_fx(_expands, tracing_mode="symbolic")(torch.randn(1, 5, dtype=torch.float64), p.double())
+    assert _match(earlier, on_meta) is None and _match(earlier, in_double) is None
+
+
 def test_random_operators_make_no_match():
     def noisy(x, p):
         return _expands(x, p) + torch.rand_like(x).reshape(-1)

@@ -14,8 +14,8 @@ operator and the keys of its arguments (sizes as sympy expressions of its symbol
 node of the earlier graph, its symbols replaced by what the later graph's inputs say they
 are, must find its key among them, or be a view or copy whose result has its input's shape
 (an ``expand`` to the batch of 1 it already has, a full ``slice``), which is that input.
-The outputs must come out the same. Operators that mutate or draw random numbers make no
-match.
+The outputs must come out the same. Operators that mutate, draw random numbers or read
+memory by strides (``as_strided``) make no match.
 """
 from __future__ import annotations
 
@@ -35,6 +35,8 @@ _NO_OPS_AT_SAME_SHAPE = frozenset({
     aten.alias.default, aten.clone.default, aten.repeat.default})
 #: Operators whose result is fixed by their input and the shape they make (the elements in order, or broadcast).
 _RESHAPES = frozenset({aten.view.default, aten.reshape.default, aten._unsafe_view.default, aten.expand.default})
+#: Operators that read their input's memory as laid out, not its values.
+_READ_MEMORY = frozenset({aten.as_strided.default, aten.as_strided_scatter.default})
 #: The largest constant tensor compared by value (larger ones only by identity).
 _CONSTANT_ELEMENTS = 4096
 
@@ -201,8 +203,8 @@ class _Keys:
 
     def node(self, n: torch.fx.Node, k: int, env: dict) -> Any:
         target = n.target
-        if isinstance(target, torch._ops.OpOverload) and (target._schema.is_mutable or
-                                                          torch.Tag.nondeterministic_seeded in target.tags):
+        if target in _READ_MEMORY or isinstance(target, torch._ops.OpOverload) and (
+                target._schema.is_mutable or torch.Tag.nondeterministic_seeded in target.tags):
             raise _NoMatch
         if target in _NO_OPS_AT_SAME_SHAPE and self._same_shape(n):
             return env[n.args[0]]

@@ -367,6 +367,13 @@ class _Tile:
 STAGED_ACCUMULATORS = 64
 
 
+def stages_rows(block_n: int, nbytes: int, accumulators: int) -> bool:
+    """Whether a block of C ``block_n`` elements of ``nbytes`` wide, from ``accumulators``
+    float32 accumulators a thread, may be staged in shared memory: rows of whole 128-byte
+    lines, no more accumulators than :data:`STAGED_ACCUMULATORS` (see :meth:`_Kernel._stage_shape`)."""
+    return block_n * nbytes % 128 == 0 and accumulators <= STAGED_ACCUMULATORS
+
+
 def staging_enabled() -> bool:
     """Whether C may be staged in shared memory (``TASKLOOM_STAGE_C=0`` keeps the stores from
     the fragments: what a GPU session times it against)."""
@@ -654,7 +661,7 @@ class _Kernel:
         last = simplify_expr(E.as_expr(self.con.output.shape[-1]))
         accumulators = math.prod(int(d.value) for d in self.acc.type.shape)  # type: ignore[attr-defined]
         if not staging_enabled() or not per or self.con.N % per or not E.is_const(last) or int(last.value) % per \
-                or self.c.block_n * nbytes % 128 or accumulators > STAGED_ACCUMULATORS:
+                or not stages_rows(self.c.block_n, nbytes, accumulators):
             return None
         # 8 elements of pad (16 bytes; 32 for float32 pairs, which a half-warp stores at once)
         # move each of the 8 rows a fragment store writes to banks of its own

@@ -64,8 +64,8 @@ from taskloom.ir.dtypes import DataType, TensorType, float32, index_type, int64
 from taskloom.ir.functor import substitute
 from taskloom.ir.index import row_major_offset
 from taskloom.schedule.contraction import Contraction
-from taskloom.schedule.cuda.matmul_mma import (ALIGNMENT_CHECKS, STAGED_ACCUMULATORS, _factor, _Kernel, _Tile,
-                                               half_type, template_function)
+from taskloom.schedule.cuda.matmul_mma import (ALIGNMENT_CHECKS, _factor, _Kernel, _Tile, half_type, stages_rows,
+                                               template_function)
 from taskloom.transforms.names import NameGen
 
 BLOCK_K = 64  # one 128-byte row of 16-bit elements: the swizzle's width
@@ -125,9 +125,9 @@ class WgmmaConfig:
 
     def staging_bytes(self) -> int:
         """With a producer warpgroup, the shared memory kept for staging a 16-bit C (its rows
-        padded by 8, on a 1024-byte boundary), where the template stages it (rows of whole
-        128-byte lines, at most ``STAGED_ACCUMULATORS`` a thread); else 0 (the tiles hold it)."""
-        if not self.specialized or self.block_n * 2 % 128 or self.accumulators > STAGED_ACCUMULATORS:
+        padded by 8, on a 1024-byte boundary), where the template stages it
+        (:func:`~taskloom.schedule.cuda.matmul_mma.stages_rows`); else 0 (the tiles hold it)."""
+        if not self.specialized or not stages_rows(self.block_n, 2, self.accumulators):
             return 0
         return self.block_m * (self.block_n + 8) * 2 + gpu.SWIZZLE_ALIGN
 

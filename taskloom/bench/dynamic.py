@@ -168,8 +168,8 @@ def sweep(name: str, batches: list[int], seqs: list[int], peers: tuple[str, ...]
     compile_s = {t.name: t.compile_s + sum(max(0.0, c - row["ms"][t.name] / 1e3) for c, row in zip(t.first_calls, rows))
                  for t in systems}
     return {"model": name, "shapes": shapes, "rows": rows, "compiles": compiles, "graphs": graphs,
-            "compile_s": compile_s, "first_calls_s": {t.name: t.first_calls for t in systems}, "threads": torch.get_num_threads(),
-            "machine": machine(), "versions": versions()}
+            "compile_s": compile_s, "first_calls_s": {t.name: t.first_calls for t in systems},
+            "threads": torch.get_num_threads(), "machine": machine(), "versions": versions()}
 
 
 @contextlib.contextmanager

@@ -3,6 +3,8 @@ earlier graph when it is that graph at that size (taskloom.frontend.torch_reuse)
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
@@ -170,3 +172,38 @@ def test_a_static_compile_specializes_each_shape():
             torch.testing.assert_close(static(x), model(x), rtol=1e-5, atol=1e-6)
     assert [fn.reuses is None for fn in dynamic.taskloom_backend.compiled] == [True, False]
     assert [fn.reuses is None for fn in static.taskloom_backend.compiled] == [True, True]
+
+
+#: Steps of the random programs below, some of them other code at a size of 1.
+_STEPS = (
+    lambda y, q: y.relu(),
+    lambda y, q: y * 2.0 + q,
+    lambda y, q: y.softmax(-1),
+    lambda y, q: y.sum(0, keepdim=True).expand(y.shape[0], -1),
+    lambda y, q: y * 3.0 if y.shape[0] == 1 else y * 2.0,  # another value at a batch of 1
+    lambda y, q: y if y.shape[1] == 1 else y - y[:, :1],  # the same value at a length of 1
+    lambda y, q: y[:, :1].expand(-1, y.shape[1]) + y,
+    lambda y, q: y.reshape(-1).reshape(y.shape[0], -1).t().contiguous().t(),
+    lambda y, q: torch.cat([y, y.flip(0)], 0)[: y.shape[0]],
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(steps=st.lists(st.integers(0, len(_STEPS) - 1), min_size=1, max_size=5),
+       earlier=st.tuples(st.integers(2, 4), st.integers(2, 6)), later=st.tuples(st.integers(1, 4), st.integers(1, 6)))
+def test_a_match_computes_what_the_later_graph_does(steps, earlier, later):
+    """Whatever the program, a match is sound: the earlier graph run with the binding's
+    arguments gives the later graph's output, which is the program's."""
+    def program(x, p):
+        y = _expands(x, p).reshape(x.shape[0], x.shape[1])
+        for k in steps:
+            y = _STEPS[k](y, p[:, : x.shape[1]])
+        return y
+    p = torch.randn(1, 16)
+    first, second = (make_fx(program, tracing_mode="symbolic")(torch.randn(*s), p) for s in (earlier, later))
+    binding = _match(first, second)
+    if binding is None:
+        return
+    x = torch.randn(*later)
+    torch.testing.assert_close(first(*binding.arguments([x, p])), program(x, p))
+    torch.testing.assert_close(second(x, p), program(x, p))

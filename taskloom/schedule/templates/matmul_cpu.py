@@ -787,10 +787,14 @@ def pack_b_panels(b: "np.ndarray", config: MatmulConfig, target: CpuTarget) -> "
     import numpy as np
     PB, K, N = b.shape
     NR = config.nv * target.vector_lanes(f32)
-    NP = cdiv(N, NR)
-    padded = np.zeros((PB, K, NP * NR), np.float32)
-    padded[:, :, :N] = b
-    return np.ascontiguousarray(padded.reshape(PB, K, NP, NR).transpose(0, 2, 1, 3))
+    NP, whole = cdiv(N, NR), N // NR
+    # written in place, with no padded copy of B first: a model's weights are hundreds of MB,
+    # and each new page costs a fault
+    out = np.empty((PB, NP, K, NR), np.float32) if N % NR == 0 else np.zeros((PB, NP, K, NR), np.float32)
+    out[:, :whole] = b[:, :, :whole * NR].reshape(PB, K, whole, NR).transpose(0, 2, 1, 3)
+    if N % NR:
+        out[:, whole, :, :N % NR] = b[:, :, whole * NR:]
+    return out
 
 
 def default_config(shape: tuple[int, int, int, int], target: CpuTarget) -> MatmulConfig:

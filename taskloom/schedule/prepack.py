@@ -83,8 +83,30 @@ def constant_b(con: Contraction, constants: Mapping[int, np.ndarray]) -> np.ndar
     b, k, n = np.ix_(np.arange(pb), np.arange(con.K), np.arange(con.N))
     env = {con.vb: b, con.vk: k, con.vn: n}
     arrays = {t: np.asarray(constants[positions[t]]) for t in reads}
-    try:
-        value = evaluate(con.b, env, arrays)
-    except NotEvaluable:
-        return None
+    value = _read_where_it_lies(con, arrays)
+    if value is None:
+        try:
+            value = evaluate(con.b, env, arrays)
+        except NotEvaluable:
+            return None
     return np.ascontiguousarray(np.broadcast_to(value, (pb, con.K, con.N)), dtype=np.float32)
+
+
+def _read_where_it_lies(con: Contraction, arrays: Mapping[TensorInput, np.ndarray]) -> np.ndarray | None:
+    """B as a view of the one constant it reads when it reads ``W[k, n]``, ``W[n, k]`` or
+    ``W[b, k, n]`` (in any order of the axes) whole; else None, for :func:`evaluate`. A
+    model's weights are hundreds of MB: a gather of each element would copy them into new
+    pages once more before they are packed."""
+    x = con.b
+    if not isinstance(x, E.TensorElement) or x.tensor not in arrays:
+        return None
+    data, axes = arrays[x.tensor], list(x.indices)
+    extents = {con.vb: con.batch, con.vk: con.K, con.vn: con.N}
+    if data.ndim != len(axes) or len(set(axes)) != len(axes) or \
+            not all(a in extents and extents[a] == n for a, n in zip(axes, data.shape)):
+        return None  # (a slice, a broadcast or an index computed: read point by point)
+    if con.vb not in axes:
+        data, axes = data[None], [con.vb, *axes]
+    if con.vk not in axes or con.vn not in axes:
+        return None
+    return data.transpose([axes.index(a) for a in (con.vb, con.vk, con.vn)])

@@ -24,7 +24,6 @@ def grid(name: str, first: tuple[int, int]) -> dict:
 
     import taskloom.torch as tt
     from taskloom.bench.zoo import build, inputs
-    from taskloom.frontend.torch import _Reused
     torch.manual_seed(0)
     model, _ = build(name, batch=first[0], seq=first[1])
     compiled = tt.compile(model, dynamic=True)
@@ -37,7 +36,7 @@ def grid(name: str, first: tuple[int, int]) -> dict:
             got = compiled(x)
             first_s = time.perf_counter() - t0
             want = model(x)
-        libraries = sum(not isinstance(p, _Reused) for fn in backend.compiled for p in fn._programs.values())
+        libraries = backend.libraries
         rows.append({"batch": b, "seq": s, "first_call_s": round(first_s, 3), "graphs": len(backend.compiled),
                      "libraries": libraries, "max_abs_diff": float((got - want).abs().max())})
         print(f"{name} batch {b} seq {s:3d}: first call {first_s:6.2f} s  graphs {rows[-1]['graphs']}  "

@@ -67,13 +67,6 @@ def _runner(fn: Callable[[Any], Any], x: Any) -> Callable[[], np.ndarray]:
     return run
 
 
-def _programs(compiled: Any) -> int:
-    """The libraries taskloom built: a program for each graph dynamo gave it and each input
-    pattern, less those that run an earlier graph's library (``CompiledFunction.reuses``)."""
-    from taskloom.frontend.torch import _Reused
-    return sum(not isinstance(p, _Reused) for fn in compiled.taskloom_backend.compiled for p in fn._programs.values())
-
-
 def _taskloom(name: str, model: Any, example: Any, max_batch: int, dynamic: bool) -> System:
     """taskloom's system (see the module docstring): ``dynamic`` one compile for the sweep,
     else one per shape."""
@@ -82,7 +75,7 @@ def _taskloom(name: str, model: Any, example: Any, max_batch: int, dynamic: bool
     label = "taskloom-dynamic" if dynamic else "taskloom-static"
     if name in SEQUENCE_MODELS:
         compiled = tt.compile(model, dynamic=dynamic)
-        return System(label, compiled, compiles=lambda: _programs(compiled),
+        return System(label, compiled, compiles=lambda: compiled.taskloom_backend.libraries,
                       graphs=lambda: len(compiled.taskloom_backend.compiled))
     if not dynamic:
         graphs: dict[tuple[int, ...], Any] = {}

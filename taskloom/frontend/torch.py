@@ -550,6 +550,12 @@ class Backend:
         """The nodes (or whole graphs) that run in PyTorch, over every graph compiled so far."""
         return [f for fn in self.compiled for f in fn.fallbacks] + self._eager_graphs
 
+    @property
+    def libraries(self) -> int:
+        """How many programs the graphs so far built: one per graph and input pattern, less
+        those that run an earlier graph's library (:attr:`CompiledFunction.reuses`)."""
+        return sum(not isinstance(p, _Reused) for fn in self.compiled for p in fn._programs.values())
+
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
                  options: Mapping[str, Any] | None = None, mode: str | None = None) -> Callable:
         opts = Options.parse(options, mode, defaults=self.options) if options or mode else self.options

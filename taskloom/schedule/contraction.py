@@ -33,6 +33,7 @@ from taskloom.ir.dtypes import DataType, float32, index_type
 from taskloom.ir.functor import Rewriter, collect, substitute
 from taskloom.ir.index import is_unit, prod, row_major_offset, unravel
 from taskloom.ir.arith import simplify_expr
+from taskloom.ir.arith.linear import linear_form
 
 
 #: The value each symbol of a symbolic contraction takes when its config is chosen: the
@@ -302,3 +303,34 @@ def a_row_stride(con: Contraction, a_kind: str) -> int:
     if not (isinstance(first, E.Constant) and isinstance(second, E.Constant)):
         return 0
     return max(0, int(second.value) - int(first.value))
+
+
+def a_window_run(con: Contraction) -> int:
+    """``R`` when A, as the fused kernel reads it, lies in one input at ``row(b, m) + tap(k //
+    R) + k % R`` with nothing to test (a convolution's window over an NHWC input padded ahead:
+    ``R = KW * C``, the channels of a window row, which lie together); 0 otherwise. The
+    template can then read such an A in place, no window copied: each tile's rows from their
+    bases, K in runs of ``R`` (:func:`~taskloom.schedule.templates.matmul_cpu.matmul_program`'s
+    ``a_window``). A matrix is one run, read in place by :func:`a_row_stride` instead."""
+    a, K = con.a, con.K
+    if not isinstance(a, E.TensorElement) or not isinstance(K, int):
+        return 0
+    offset = simplify_expr(E.as_expr(row_major_offset(a.indices, a.tensor.shape)), con.bounds)
+    runs = {int(e.b.value) for e in collect(offset, E.Binary)
+            if e.op == "mod" and e.a is con.vk and isinstance(e.b, E.Constant)}
+    if len(runs) != 1:
+        return 0
+    R = runs.pop()
+    if not 1 < R < K or K % R:
+        return 0
+    t, c = E.Var("window_tap", index_type), E.Var("window_step", index_type)
+    bounds = {**con.bounds, t: (0, K // R - 1), c: (0, R - 1)}
+    split = linear_form(simplify_expr(substitute(offset, {con.vk: t * R + c}), bounds))
+    rows = {con.vb, con.vm, *(v for d in con.shape if isinstance(d, E.Expr) for v in E.free_vars(d))}
+    for term, coeff in split.terms.items():
+        used = E.free_vars(term)
+        if c in used and not (term is c and coeff == 1):
+            return 0  # a step within a run must be one element
+        if c not in used and not (used <= {t} or (t not in used and used <= rows)):
+            return 0  # a term mixing the row and the tap
+    return R if c in split.terms else 0

@@ -24,7 +24,8 @@ from taskloom.ir.compute import Task
 from taskloom.ir.dtypes import float32
 from taskloom.ir.functor import collect
 from taskloom.ir.printer import expr_text
-from taskloom.schedule.contraction import Contraction, a_row_stride, b_vectorizes, kinds_cost, match_contraction
+from taskloom.schedule.contraction import (Contraction, a_row_stride, a_window_run, b_vectorizes, kinds_cost,
+                                           match_contraction)
 from taskloom.schedule.post_fusion import flat_prologue_a, fuse_contraction, fused_arg_specs, inputs_beside_panels
 from taskloom.schedule.prepack import constant_b
 from taskloom.schedule.registry import Candidate, Scheduled, register_rules, register_template
@@ -123,13 +124,13 @@ class Tunable:
 
 @functools.lru_cache(maxsize=256)
 def _fused_kernel(con: Contraction, c: MatmulConfig, target: CpuTarget, in_place: bool, prepacked_b: int,
-                  prefetch_b: bool, a_stride: int, a_run: int) -> S.Function:
+                  prefetch_b: bool, a_stride: int, a_run: int, a_window: int) -> S.Function:
     """The template's kernel for ``c`` with ``con``'s group fused in, named ``fused``. Kept: a
     deep model asks for the same one once per layer (contractions compare by structure), and
     building it is most of a compile's scheduling time."""
     return fuse_contraction(matmul_program(con.shape, c, target, name="fused", b_vectorizes=in_place,
                                            prepacked_b=prepacked_b, prefetch_b=prefetch_b, a_stride=a_stride,
-                                           a_run=a_run, prefetch_c=epilogue_reads_rows(con)), con)
+                                           a_run=a_run, prefetch_c=epilogue_reads_rows(con), a_window=a_window), con)
 
 
 @functools.lru_cache(maxsize=256)  # (a deep model asks once per layer)
@@ -145,9 +146,11 @@ def tunable(con: Contraction, target: CpuTarget, prepacked_b: int = 0, prefetch_
     in_place = b_vectorizes(pack, lanes)
     a_stride = a_row_stride(con, kinds[0])
     a_run = a_run_length(kinds[0])
+    a_window = a_window_run(con)
 
     def fused(c: MatmulConfig, name: str = "fused") -> S.Function:
-        return _fused_kernel(con, c, target, in_place, prepacked_b, prefetch_b, a_stride, a_run).renamed(name)
+        return _fused_kernel(con, c, target, in_place, prepacked_b, prefetch_b, a_stride, a_run,
+                             a_window).renamed(name)
     if not con.timeable:  # a kernel for symbolic sizes is not timed: no arguments to time it with
         key = workload_key(con, kinds) + ("/prepacked" if prepacked_b else "")
         return Tunable(con, key, (pack[0], 0.0) if prepacked_b else pack, fused, [], a_stride)

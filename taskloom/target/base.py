@@ -72,6 +72,11 @@ class Target:
         with the layers it feeds (:func:`taskloom.compiler.passes.layout.is_stem`)."""
         return False
 
+    def nhwc_pads_windows(self) -> bool:
+        """Whether an NHWC window convolution with padding reads its input padded ahead (a
+        kernel of its own) instead of testing each element of the window for the border."""
+        return False
+
     def nhwc_dtypes(self) -> tuple[str, ...]:
         """The element types whose convolutions the layout pass may run in NHWC."""
         return ("float32",)

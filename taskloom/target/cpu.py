@@ -171,6 +171,12 @@ class CpuTarget(Target):
         template copies the stem's window by runs of a row's channels."""
         return True
 
+    def nhwc_pads_windows(self) -> bool:
+        """True: the matmul template then reads the window in place, no copy of it packed
+        (:func:`~taskloom.schedule.contraction.a_window_run`); the pad is one pass over the
+        input, where packing copies each element once per tap."""
+        return True
+
     def runs_on_host(self, host: CpuTarget | None = None) -> bool:
         """Whether code built for this target runs on ``host`` (default: this machine)."""
         return self.isa <= (host or CpuTarget.host()).isa

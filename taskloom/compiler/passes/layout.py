@@ -15,7 +15,10 @@ convolutions, and on the CPU a CNN's stem (3 channels, :func:`is_stem`) that fee
 regions (:func:`_regions`) where the conversions are worth it. The pass:
 
 - rewrites such a ``conv2d`` as ``conv2d(x', w', layout="NHWC")``, where ``x'`` is the NHWC
-  form of its input: the NHWC tensor it came from when there is one, else a ``permute``;
+  form of its input: the NHWC tensor it came from when there is one, else a ``permute``; on
+  the CPU (``Target.nhwc_pads_windows``) a window convolution or a stem with padding reads
+  ``x'`` padded ahead, a kernel of its own, so that no element of its window is tested for
+  the border and the matmul template reads the window in place;
 - rewrites pooling, elementwise operators (any operator whose every input is read at the
   output's index, broadcast), concatenation along the channels and global average pooling
   whose input has an NHWC form into their NHWC forms;
@@ -35,6 +38,7 @@ from taskloom.compiler.passes.rewrite import Rewrite, rewrite
 from taskloom.graph.tensor import Tensor, asarray
 from taskloom.ir import expr as E
 from taskloom.ir.compute import GridCompute, Task, TensorInput, tensor_input
+from taskloom.ir.dtypes import float32
 from taskloom.ir.functor import Rewriter, collect
 from taskloom.ops.base import broadcast_index
 from taskloom.target.base import Target
@@ -143,13 +147,13 @@ class _Layouts:
         return id(t) in self.nhwc
 
 
-def _rule(layouts: _Layouts, chosen: set[Node], stems: set[Node]):
+def _rule(layouts: _Layouts, chosen: set[Node], padded: set[Node]):
     def rule(node: Node, inputs: list[Tensor], ctx: Rewrite) -> list[Tensor] | None:  # noqa: ARG001
         a = node.task.attr
         if node in chosen:
             w = _permuted(inputs[1], (2, 3, 1, 0))  # OIHW -> HWIO
             x, padding = layouts.to_nhwc(inputs[0]), a("padding")
-            if node in stems and any(padding):
+            if node in padded and any(padding):
                 top, bottom, left, right = padding
                 x, padding = ops.pad(x, (0, 0, left, right, top, bottom)), 0
                 x.producer[0].materialize = True  # a prologue would bring back the bounds checks
@@ -237,5 +241,20 @@ def choose_layout(graph: Graph, target: Target) -> Graph:
     chosen = _regions(graph, multiple, target.nhwc_dtypes(), target.nhwc_stems())
     if not chosen:
         return graph
-    stems = {n for n in chosen if is_stem(n, multiple, target.nhwc_dtypes())}
-    return rewrite(graph, _rule(_Layouts(), chosen, stems))
+    dtypes = target.nhwc_dtypes()
+    padded = {n for n in chosen if is_stem(n, multiple, dtypes)
+              or (target.nhwc_pads_windows() and _window_in_place(n, target) and conv_pays(n, multiple, dtypes))}
+    return rewrite(graph, _rule(_Layouts(), chosen, padded))
+
+
+def _window_in_place(node: Node, target: Target) -> bool:
+    """Whether ``node`` convolves a window of pixels (not 1x1, not depthwise) that the matmul
+    template will read in place once its input is padded ahead: all of its K in one block
+    beside a B panel of the widest tile (a larger one packs the window, and the pad would be
+    a pass for nothing)."""
+    from taskloom.schedule.templates.matmul_cpu import WIDEST_TILE_VECTORS, window_fits
+    w = node.inputs[1]  # OIHW
+    if node.task.attr("groups") != 1 or w.shape[2:] == (1, 1):
+        return False
+    return window_fits(w.shape[1] * w.shape[2] * w.shape[3], WIDEST_TILE_VECTORS * target.vector_lanes(float32),
+                       target)

@@ -25,7 +25,10 @@ and zero columns cost no FMAs.
 
 A plain A (a matrix, a 1x1 convolution's NHWC input) is read in place instead when a block
 has few column panels and a tile's rows do not crowd L1's sets (:func:`reads_a_in_place`):
-the micro-kernel broadcasts ``A[b, m, k]`` itself, and no A block is copied.
+the micro-kernel broadcasts ``A[b, m, k]`` itself, and no A block is copied. So is a
+convolution's window over an input padded ahead (``a_window``): each row's base and each
+run's offset are computed once, the k loop adds one a step, and all of K is one block, as
+no A block shares L2 with B's panel (:func:`window_fits`).
 
 The kernel is written in phases, each a piece of kernel script that a builder returns and
 the loop nest splices in where it runs (:func:`_phase`): :func:`_pack_b`, :func:`_pack_a`,
@@ -174,10 +177,18 @@ def k_block(K: int, kc: int, lanes: int) -> int:
     return round_up(cdiv(K, cdiv(K, kc)), lanes)
 
 
+def window_fits(K: int, NR: int, target: CpuTarget) -> bool:
+    """Whether a kernel reading A in place as a window (``a_window``) may take all of K in
+    one block: a B panel of K x NR within L2. A window read in place packs no A block, so
+    nothing else wants L2, and a second K block would cost a pass over the partial sums,
+    which measured slower than packing the window; a larger panel packs it instead."""
+    return K * NR * 4 <= target.l2_bytes
+
+
 def matmul_program(shape: tuple, config: MatmulConfig, target: CpuTarget,
                    name: str = "matmul", prepacked_b: int = 0, b_vectorizes: bool = True,
                    prefetch_b: bool = False, a_stride: int | None = None, a_run: int = 0,
-                   prefetch_c: bool = False) -> S.Function:
+                   prefetch_c: bool = False, a_window: int = 0) -> S.Function:
     """The kernel ``name(A: f32[Bt, M, K], B: f32[Bt, K, N], C: f32[Bt, M, N])`` for
     ``shape = (Bt, M, N, K)``, scheduled by ``config`` for ``target``.
 
@@ -197,7 +208,12 @@ def matmul_program(shape: tuple, config: MatmulConfig, target: CpuTarget,
     ``prefetch_c``, each tile's k loop asks for the lines of C where the next tile of its
     panel will store, which fusion turns into the lines its epilogue reads there (a residual
     streaming from memory, in rows the hardware prefetcher does not follow: a tile reads a
-    few lines of each of its rows).
+    few lines of each of its rows). ``a_window`` (``R``) says that A, as fusion reads it,
+    lies at ``row(b, m) + tap(k // R) + k % R`` with nothing to test (a convolution's window
+    over an input padded ahead, :func:`~taskloom.schedule.contraction.a_window_run`): A is
+    then read in place, no window copied, in one K block (where B's panel allows,
+    :func:`window_fits`), and the k loop walks a run at a time, so that each row's base and
+    each run's offset are computed once and a step adds one.
 
     Sizes may be expressions of symbols (one kernel for every batch or sequence length):
     the bands are then computed at run time on the config's own core grid, the last tile of
@@ -208,7 +224,7 @@ def matmul_program(shape: tuple, config: MatmulConfig, target: CpuTarget,
 
     >>> fn = matmul_program((1, 100, 70, 33), default_config(...), host_target())
     """
-    p = _plan(shape, config, target, prepacked_b, b_vectorizes, prefetch_b, a_stride, a_run, prefetch_c)
+    p = _plan(shape, config, target, prepacked_b, b_vectorizes, prefetch_b, a_stride, a_run, prefetch_c, a_window)
     fn = _loop_nest(p)
     return S.Function(name, fn.params, fn.body, fn.kind, _attrs(p))
 
@@ -241,6 +257,7 @@ class _Plan:
     PF_LINES: int
     RUN: int = 0  # A packed by runs of this many elements along K (0: by whole vectors)
     PC: bool = False  # the k loop asks for the lines of C the next tile stores to
+    WINDOW: int = 0  # A read in place as a window, K in runs of this many elements (0: not)
 
     MR = property(lambda p: p.config.mr)
     NV = property(lambda p: p.config.nv)
@@ -305,7 +322,7 @@ class _Plan:
 
 def _plan(shape: tuple, config: MatmulConfig, target: CpuTarget, prepacked_b: int,
           b_vectorizes: bool, prefetch_b: bool, a_stride: int | None, a_run: int = 0,
-          prefetch_c: bool = False) -> _Plan:
+          prefetch_c: bool = False, a_window: int = 0) -> _Plan:
     """The plan of :func:`matmul_program`'s kernel, or a ScheduleError for what it cannot serve."""
     Bt, M, N, K = (_size(x) for x in shape)
     static = all(isinstance(d, int) for d in (Bt, M, N, K))
@@ -323,6 +340,11 @@ def _plan(shape: tuple, config: MatmulConfig, target: CpuTarget, prepacked_b: in
     shape = (Bt, M, N, K)
     grid = core_grid(shape, c, target) if static else (c.pm, c.pn)
     BAND_M, BAND_N, MC, NC, KC = blocking(shape, c, target, grid)
+    # a window read in place takes B's panels packed ahead: a B packed by the kernel would be
+    # packed whole, all of K at once
+    window = a_window if a_window > 1 and prepacked_b and window_fits(K, c.nv * L, target) else 0
+    if window:
+        KC = K
     # micro-kernel calls on one B panel, in a full MC block
     slivers = cdiv(min(MC, BAND_M) if isinstance(BAND_M, int) else MC, c.mr)
     # a band one tile high reads each panel once, in order, which the hardware prefetcher follows
@@ -332,12 +354,13 @@ def _plan(shape: tuple, config: MatmulConfig, target: CpuTarget, prepacked_b: in
     # band asks for it all in its first slivers (the pace of a static band of 3-4 slivers)
     PF_STEPS, PF_LINES = _prefetch_pace(KC, c.nv * L, slivers) if isinstance(BAND_M, int) else (1, 1)
     stride = (K if isinstance(K, int) else 0) if a_stride is None else a_stride
-    pack_a = not reads_a_in_place(shape, c, target, stride, grid)
+    pack_a = not window and not reads_a_in_place(shape, c, target, stride, grid)
     # runs need every K block to start at a run's start
     runs = pack_a and a_run > 1 and isinstance(K, int) and K % a_run == 0 and (KC >= K or KC % a_run == 0)
     return _Plan(c, Bt, M, N, K, L, *grid, BAND_M, BAND_N, MC, NC, KC, prepacked_b,
                  PACK_A=pack_a, PACK_B=not prepacked_b and not reads_b_in_place(shape, c, target, b_vectorizes, grid),
-                 PF=PF, PF_STEPS=PF_STEPS, PF_LINES=PF_LINES, RUN=a_run if runs else 0, PC=prefetch_c)
+                 PF=PF, PF_STEPS=PF_STEPS, PF_LINES=PF_LINES, RUN=a_run if runs else 0, PC=prefetch_c,
+                 WINDOW=window)
 
 
 def _prefetch_pace(KC: int, NR: int, slivers: int) -> tuple[int, int]:
@@ -358,7 +381,7 @@ def _attrs(p: _Plan) -> tuple[tuple[str, object], ...]:
     shape = tuple(d if isinstance(d, int) else expr_text(d) for d in (p.Bt, p.M, p.N, p.K))
     return (("template", "matmul_cpu"), ("config", str(c) + on + blocks), ("shape", shape),
             ("pack_aligned", True), ("pack_a_run", p.RUN), ("prepacked_b", p.PB), ("packs_a", p.PACK_A),
-            ("packs_b", p.PACK_B), ("prefetch_b", p.PF), ("prefetch_c", p.PC))
+            ("packs_b", p.PACK_B), ("prefetch_b", p.PF), ("prefetch_c", p.PC), ("a_window", p.WINDOW))
 
 
 def _phase(script: Callable[[], None]) -> S.Stmt:
@@ -641,42 +664,63 @@ def _prefetch_rest(p: _Plan, at: _Block, ir: E.Expr, pf: tuple | None) -> S.Stmt
 
 def _micro_kernel(p: _Plan, at: _Block, jr: E.Expr, ir: E.Expr, pf: tuple | None, acc: E.Var,
                   tmr: int, tnv: int, clamp_rows: bool = False) -> S.Stmt:
-    """The tile's rank-1 updates over the K block: per k, ``tnv`` vectors of B's panel (a
-    prepacked weight's, the packed block's, or B where it lies), ``tmr`` broadcasts of A
-    (packed or in place) and ``tmr x tnv`` FMAs into ``acc``; with ``PF``, prefetches."""
-    L, M, MR, NR, PB, PF, PC, PACK_A, PACK_B = p.L, p.M, p.MR, p.NR, p.PB, p.PF, p.PC, p.PACK_A, p.PACK_B
-    A, B, Ap, Bp, b, m0, n0, n_hi, k0, kn = at.A, at.B, at.Ap, at.Bp, at.b, at.m0, at.n0, at.n_hi, at.k0, at.kn
-    fvec = vec(f32, L)
+    """The tile's rank-1 updates over the K block (:func:`_rank1`), one a step of k; over a
+    window read in place, a run of ``WINDOW`` steps at a time, so that the offset of each
+    row's run is computed once a run and a step adds one."""
+    kn, R = at.kn, p.WINDOW
+    if R:
+        @_phase
+        def window_kernel():
+            "the micro-kernel, A read in place from the window: a run of its K at a time"
+            for run in range(kn // R):
+                for step in range(R):
+                    _rank1(p, at, jr, ir, pf, acc, tmr, tnv, clamp_rows, run * R + step)
+        return window_kernel
 
     @_phase
     def micro_kernel():
         "the micro-kernel: MR x NV vector FMAs per k"
         for k in range(kn):
-            bv = register_tensor(fvec, [tnv])
-            for v in unroll(tnv):
-                if PB:  # B's weight panel, packed once at compile time
-                    bv[v] = vload(B[min(b, PB - 1), n0 // NR + jr, k0 + k, v * L], L)
-                elif not PACK_B:  # one row of tiles: B read once, where it lies
-                    n = n0 + jr * NR + v * L
-                    bv[v] = vload(B[b, k0 + k, n], L, max(min(n_hi - n, L), 0))
-                else:
-                    bv[v] = vload(Bp[jr, k, v * L], L)
-            if PF:
-                _prefetch_b(p, at, ir, k, pf)
-            if PC:
-                _prefetch_c(p, at, jr, ir, k, tnv)
-            "one broadcast of A lives at a time: MR x NV + NV + 1 registers"
-            for i in unroll(tmr):
-                if PACK_A:  # (the row in 64 bits: each row's offset folds into the load's
-                    # displacement rather than taking a register of its own)
-                    a = broadcast(Ap[cast(ir * MR, i64) + i, k], L)
-                elif clamp_rows:  # rows past a symbolic M read row M - 1 (never stored)
-                    a = broadcast(A[b, min(m0 + ir * MR + i, M - 1), k0 + k], L)
-                else:  # a tile's rows of A, read where they lie (fusion may read them computed)
-                    a = broadcast(A[b, m0 + ir * MR + i, k0 + k], L)
-                for v in unroll(tnv):
-                    acc[i, v] = fma(a, bv[v], acc[i, v])
+            _rank1(p, at, jr, ir, pf, acc, tmr, tnv, clamp_rows, k)
     return micro_kernel
+
+
+def _rank1(p: _Plan, at: _Block, jr: E.Expr, ir: E.Expr, pf: tuple | None, acc: E.Var,
+           tmr: int, tnv: int, clamp_rows: bool, k: E.Expr) -> S.Stmt:
+    """Step ``k`` of the K block: ``tnv`` vectors of B's panel (a prepacked weight's, the
+    packed block's, or B where it lies), ``tmr`` broadcasts of A (packed or in place) and
+    ``tmr x tnv`` FMAs into ``acc``; with ``PF``, prefetches."""
+    L, M, MR, NR, PB, PF, PC, PACK_A, PACK_B = p.L, p.M, p.MR, p.NR, p.PB, p.PF, p.PC, p.PACK_A, p.PACK_B
+    A, B, Ap, Bp, b, m0, n0, n_hi, k0 = at.A, at.B, at.Ap, at.Bp, at.b, at.m0, at.n0, at.n_hi, at.k0
+    fvec = vec(f32, L)
+
+    @_phase
+    def rank1():
+        bv = register_tensor(fvec, [tnv])
+        for v in unroll(tnv):
+            if PB:  # B's weight panel, packed once at compile time
+                bv[v] = vload(B[min(b, PB - 1), n0 // NR + jr, k0 + k, v * L], L)
+            elif not PACK_B:  # one row of tiles: B read once, where it lies
+                n = n0 + jr * NR + v * L
+                bv[v] = vload(B[b, k0 + k, n], L, max(min(n_hi - n, L), 0))
+            else:
+                bv[v] = vload(Bp[jr, k, v * L], L)
+        if PF:
+            _prefetch_b(p, at, ir, k, pf)
+        if PC:
+            _prefetch_c(p, at, jr, ir, k, tnv)
+        "one broadcast of A lives at a time: MR x NV + NV + 1 registers"
+        for i in unroll(tmr):
+            if PACK_A:  # (the row in 64 bits: each row's offset folds into the load's
+                # displacement rather than taking a register of its own)
+                a = broadcast(Ap[cast(ir * MR, i64) + i, k], L)
+            elif clamp_rows:  # rows past a symbolic M read row M - 1 (never stored)
+                a = broadcast(A[b, min(m0 + ir * MR + i, M - 1), k0 + k], L)
+            else:  # a tile's rows of A, read where they lie (fusion may read them computed)
+                a = broadcast(A[b, m0 + ir * MR + i, k0 + k], L)
+            for v in unroll(tnv):
+                acc[i, v] = fma(a, bv[v], acc[i, v])
+    return rank1
 
 
 def _prefetch_b(p: _Plan, at: _Block, ir: E.Expr, step: E.Expr, pf: tuple) -> S.Stmt:
@@ -822,6 +866,9 @@ def default_config(shape: tuple[int, int, int, int], target: CpuTarget) -> Matmu
     return MatmulConfig(mr, nv, kc, mc, nc, pm, pn)
 
 
+#: The widest register tile of the space, in vectors (:func:`_tiles`).
+WIDEST_TILE_VECTORS = 4
+
 #: The N block of every config in the space: wider blocks gain next to nothing and lose
 #: much once B's KC x NC block outgrows L2, so the space spends its points on tiles and
 #: blocks instead.
@@ -883,7 +930,7 @@ def _tiles(regs: int) -> list[tuple[int, int]]:
     computed and thrown away, so the model picks the height that wastes least (M = 128 in
     8-row tiles rather than 9)."""
     out = []
-    for nv in (2, 3, 4):
+    for nv in range(2, WIDEST_TILE_VECTORS + 1):
         top = (regs - nv - 1) // nv
         for mr in range(top - 2, top + 1):
             if 1 <= mr <= 16 and mr * nv >= regs // 2:

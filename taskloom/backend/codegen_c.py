@@ -356,11 +356,14 @@ class CFamilyCodegen:
 
     # ----------------------------------------------------------------- function
     def param(self, p: E.Var) -> str:
-        """One parameter; a buffer the function only reads is ``const``."""
+        """One parameter; a buffer the function only reads is ``const``, and one the launcher
+        may pass as another's memory (a result written over an input: the ``shares_memory``
+        attribute) is not ``restrict``."""
         t = p.type
         if isinstance(t, (TensorType, PointerType)):
             const = "" if p in self.written else "const "
-            return f"{const}{self.ctype(t, self.where)} __restrict__ {c_name(p.name)}"
+            restrict = "" if p.name in self.fn.attr("shares_memory", ()) else " __restrict__"
+            return f"{const}{self.ctype(t, self.where)}{restrict} {c_name(p.name)}"
         return f"{self.ctype(t, self.where)} {c_name(p.name)}"
 
     def emit_doc(self) -> None:

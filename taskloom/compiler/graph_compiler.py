@@ -15,6 +15,8 @@ from taskloom.backend.launcher import Call, Dispatch, Ref, cuda_launcher_source,
 from taskloom.errors import TaskloomError
 from taskloom.graph.graph import Graph
 from taskloom.ir import expr as E
+from taskloom.ir import stmt as S
+from taskloom.ir.compute import reads_at_own_index
 from taskloom.ir.dtypes import DataType
 from taskloom.compiler.collector import sparing_the_collector
 from taskloom.compiler.dynamic import graph_symbols, ladder, sample_points, shape_entries
@@ -157,12 +159,14 @@ def _schedule_groups(groups: list[FusedGroup], places: "_Places", tgt: Target, t
                                                constants=known, weights_stream=weights_stream)], []
         group_calls = []
         for scheduled in variants:
-            fn = built.setdefault(scheduled.fn.renamed(""), scheduled.fn)
-            if fn is scheduled.fn:
-                functions.append(fn)
-            args = _arguments(fn, places, [places.ref_of(group.inputs[x]) if isinstance(x, int)
-                                           else places.constant_ref(x, same_as=True) for x in scheduled.inputs]
+            args = _arguments(scheduled.fn, places, [places.ref_of(group.inputs[x]) if isinstance(x, int)
+                                                     else places.constant_ref(x, same_as=True)
+                                                     for x in scheduled.inputs]
                               + [places.refs[id(t)] for t in group.outputs])
+            own = _sharing_memory(scheduled.fn, args, len(group.outputs))
+            fn = built.setdefault(own.renamed(""), own)
+            if fn is own:
+                functions.append(fn)
             types = tuple(cuda_param_type(p) for p in fn.params) if cuda else ()
             group_calls.append(Call(c_symbol(fn.name), args, note, fn.reports_status, types))
         if len(group_calls) == 1:
@@ -172,6 +176,18 @@ def _schedule_groups(groups: list[FusedGroup], places: "_Places", tgt: Target, t
             choices.append(table)
         kernels.append(_kernel_meta([v.fn for v in variants], group))
     return functions, calls, kernels, choices
+
+
+def _sharing_memory(fn: Any, args: tuple[Ref, ...], outputs: int) -> Any:
+    """``fn``, told which of its tensor parameters ``args`` puts in one buffer with a result
+    (its last ``outputs`` tensors) -- a result written over an input -- so that code
+    generation promises no ``restrict`` for them; ``fn`` itself when none does."""
+    tensors = [(p, a) for p, a in zip(fn.params, args) if not isinstance(p.type, DataType)]
+    written = {a for _, a in tensors[len(tensors) - outputs:]}
+    shared = tuple(p.name for p, a in tensors if a in written and [b for _, b in tensors].count(a) > 1)
+    if not shared:
+        return fn
+    return S.Function(fn.name, fn.params, fn.body, fn.kind, (*fn.attrs, ("shares_memory", shared)))
 
 
 def _arguments(fn: Any, places: "_Places", tensors: list[Ref]) -> tuple[Ref, ...]:
@@ -222,18 +238,56 @@ class _Places:
             for t in group.outputs:
                 produced[id(t)] = g
                 tensors[id(t)] = t
-        lives = [(key, g, max(last_use.get(key, g), g)) for key, g in produced.items() if key not in self.refs]
+        over = self._written_over(groups, produced, last_use)
+        self.written_over = len(over)
+        root = {key: key for key in produced}
+        for key in produced:  # in group order: a result written over one written over another
+            if key in over:
+                root[key] = root[over[key]]
+        lives: dict[int, tuple[int, int]] = {}  # each buffer's first and last group, its tensors together
+        for key, g in produced.items():
+            if key not in self.refs:
+                first, last = lives.get(root[key], (g, g))
+                lives[root[key]] = (min(first, g), max(last, last_use.get(key, g), g))
         if self.symbols:
-            for key, first, last in lives:
+            for key, (first, last) in lives.items():
                 t = tensors[key]
                 self.refs[key] = Ref("slot", len(self.slots))
                 self.slots.append({"elements": _elements_text(t.shape), "itemsize": t.dtype.nbytes,
                                    "first": first, "last": last})
-            return None
-        plan = plan_memory([Buffer(key, _nbytes(tensors[key]), first, last) for key, first, last in lives])
-        for key, offset in plan.offsets.items():
-            self.refs[key] = Ref("arena", offset)
-        return plan
+        else:
+            plan = plan_memory([Buffer(key, _nbytes(tensors[key]), first, last)
+                                for key, (first, last) in lives.items()])
+            for key, offset in plan.offsets.items():
+                self.refs[key] = Ref("arena", offset)
+        for key in produced:
+            if key not in self.refs:
+                self.refs[key] = self.refs[root[key]]
+        return None if self.symbols else plan
+
+    def _written_over(self, groups: list[FusedGroup], produced: dict[int, int], last_use: dict[int, int]
+                      ) -> dict[int, int]:
+        """The results a kernel may write over one of its inputs, each with that input: an
+        intermediate of the same shape and type that dies in that kernel and that its one
+        result reads only at its own index (:func:`~taskloom.ir.compute.reads_at_own_index`:
+        a residual added after a convolution). They share a buffer: one fewer stream of
+        lines into the caches, and a smaller arena."""
+        over: dict[int, int] = {}
+        taken: set[int] = set()
+        for g, group in enumerate(groups):
+            if len(group.outputs) != 1 or id(group.outputs[0]) in self.refs:
+                continue
+            t = group.outputs[0]
+            for r in dict.fromkeys(group.inputs):  # each tensor once, in order
+                key = id(r)
+                if (key in self.refs or key not in produced or key in taken or last_use.get(key) != g
+                        or r.dtype != t.dtype or shape_entries(r.shape) != shape_entries(t.shape)):
+                    continue
+                if all(reads_at_own_index(group.task, p) for p, x in zip(group.task.inputs, group.inputs) if x is r):
+                    over[id(t)] = key
+                    taken.add(key)
+                    break
+        return over
 
     @property
     def arena_bytes(self) -> int:
@@ -241,9 +295,10 @@ class _Places:
         return self.plan.arena_bytes if self.plan is not None else 0
 
     def describe(self) -> str:
+        over = f"; {self.written_over} written over an input" if self.written_over else ""
         if self.plan is not None:
-            return self.plan.describe()
-        return f"{len(self.slots)} intermediates planned per call for the sizes of {', '.join(self.symbols)}"
+            return self.plan.describe() + over
+        return f"{len(self.slots)} intermediates planned per call for the sizes of {', '.join(self.symbols)}{over}"
 
     def symbol_ref(self, name: str, kernel: str) -> Ref:
         if name not in self.symbols:

@@ -305,6 +305,25 @@ def preserves_order(task: Task, inp: TensorInput) -> bool:
     return _same(E.as_expr(row_major_offset(out_idx, task.outputs[0].shape)) - row_major_offset(names, inp.shape), 0, bounds)
 
 
+@functools.lru_cache(maxsize=4096)
+def reads_at_own_index(task: Task, inp: TensorInput) -> bool:
+    """Whether ``task``'s one output reads ``inp`` only at the output element's own index and
+    outside every reduction (``relu(acc + r[i, j])``, not ``softmax(r)[i, j]``): each element
+    of ``inp`` then feeds only the output element at its index, which reads it before it is
+    written, so the output may be written over ``inp`` where ``inp`` dies (one buffer for
+    both in the memory plan)."""
+    if len(task.outputs) != 1:
+        return False
+    out = task.outputs[0]
+    if len(inp.shape) != len(out.shape) or not all(_same(a, b, {}) for a, b in zip(inp.shape, out.shape)):
+        return False
+    value = inline(out.value)
+    reads = [e for e in collect(value, E.TensorElement) if e.tensor is inp]
+    reduced = {id(e) for r in collect(value, ReduceCompute) for e in collect(r.value, E.TensorElement)}
+    return bool(reads) and all(id(e) not in reduced and len(e.indices) == len(out.axes)
+                               and all(i is a for i, a in zip(e.indices, out.axes)) for e in reads)
+
+
 def bijective_inputs(task: Task) -> list[TensorInput]:
     """The inputs in which ``task`` is bijective: each of their elements feeds exactly one
     output element, through an index map that can be inverted."""

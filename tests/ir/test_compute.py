@@ -778,3 +778,25 @@ def test_random_slices_dropping_elements_are_never_bijective(data):
     assert t.outputs[0].shape[axis].value < n
     assert classify(t) == "injective"
     assert inverse_map(t, A) is None and bijective_inputs(t) == []
+
+
+# ----------------------------------------------------------------------------- written over
+
+def test_reads_at_own_index():
+    """A result may be written over an input it reads only at its own element's index, outside
+    any reduction: an epilogue's residual, both factors of ``r * r``; not a transposed read,
+    one inside a reduction, a broadcast nor an input of another shape."""
+    from taskloom.ir.compute import reads_at_own_index
+    r, x, b = tensor_input("r", f32, [4, 6]), tensor_input("x", f32, [4, 5]), tensor_input("b", f32, [6])
+    w, s = tensor_input("w", f32, [5, 6]), tensor_input("s", f32, [6, 4])
+    out = compute("out", [4, 6], lambda i, j: reduce([5], lambda k: x[i, k] * w[k, j]) + b[j] + r[i, j])
+    task = Task("matmul_add", [x, w, b, r], [out])
+    assert reads_at_own_index(task, r) and not reads_at_own_index(task, x) and not reads_at_own_index(task, b)
+    assert reads_at_own_index(Task("square", [r], [compute("sq", [4, 6], lambda i, j: r[i, j] * r[i, j])]), r)
+    total = compute("total", [4, 6], lambda i, j: r[i, j] - reduce([6], lambda k: r[i, k]))
+    assert not reads_at_own_index(Task("centre", [r], [total]), r)
+    mean = compute("mean", [4], lambda i: reduce([6], lambda k: r[i, k]))
+    through = compute("through", [4, 6], lambda i, j: r[i, j] * mean[i])  # a reduction of r, read again
+    assert not reads_at_own_index(Task("scaled", [r], [through]), r)
+    flip = Task("flip", [s, r], [compute("flip", [4, 6], lambda i, j: s[j, i] + r[i, j])])
+    assert not reads_at_own_index(flip, s) and reads_at_own_index(flip, r)

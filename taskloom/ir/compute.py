@@ -320,8 +320,12 @@ def reads_at_own_index(task: Task, inp: TensorInput) -> bool:
     value = inline(out.value)
     reads = [e for e in collect(value, E.TensorElement) if e.tensor is inp]
     reduced = {id(e) for r in collect(value, ReduceCompute) for e in collect(r.value, E.TensorElement)}
+
+    def own(i: E.Expr, axis: E.Var, extent: Any) -> bool:  # an axis of extent 1 may be read at 0
+        return i is axis or (E.is_const(E.as_expr(extent), 1) and E.is_const(i, 0))
     return bool(reads) and all(id(e) not in reduced and len(e.indices) == len(out.axes)
-                               and all(i is a for i, a in zip(e.indices, out.axes)) for e in reads)
+                               and all(own(i, a, d) for i, a, d in zip(e.indices, out.axes, out.shape))
+                               for e in reads)
 
 
 def bijective_inputs(task: Task) -> list[TensorInput]:

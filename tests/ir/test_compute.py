@@ -800,3 +800,7 @@ def test_reads_at_own_index():
     assert not reads_at_own_index(Task("scaled", [r], [through]), r)
     flip = Task("flip", [s, r], [compute("flip", [4, 6], lambda i, j: s[j, i] + r[i, j])])
     assert not reads_at_own_index(flip, s) and reads_at_own_index(flip, r)
+    # a batch of one is read at 0, which is its own index; a row of another is not
+    one = tensor_input("one", f32, [1, 6])
+    assert reads_at_own_index(Task("one", [one], [compute("o", [1, 6], lambda b, j: one[0, j] * 2.0)]), one)
+    assert not reads_at_own_index(Task("row", [r], [compute("row", [4, 6], lambda i, j: r[0, j] + r[i, j])]), r)

@@ -3,6 +3,7 @@ one (monkeypatched at compile time), and ORT, timed in rotating rounds at each b
 
     python ab.py resnet50 1,2,4,8,16 base,direct,both      # dynamic batch 1-16
     python ab.py resnet50 8 base,both                        # static batch 8
+    TARGET="cpu -isa=avx2" python ab.py resnet50 8 base,both  # the AVX2 code, on this machine
 """
 import contextlib, os, sys, time, statistics, tempfile
 from pathlib import Path
@@ -38,7 +39,8 @@ def main():
     for r in rules:
         with features(r):
             t0 = time.perf_counter()
-            systems[r] = taskloom.compile(model, (ins[0],), dynamic={0: {0: ("batch", 1, 16)}} if dynamic else None)
+            systems[r] = taskloom.compile(model, (ins[0],), dynamic={0: {0: ("batch", 1, 16)}} if dynamic else None,
+                                          target=os.environ.get("TARGET"))
         print(f"{r}: compile {time.perf_counter() - t0:.2f}s, {systems[r].meta['memory']}", flush=True)
     cols = rules + ["ort"]
     print("| batch | " + " | ".join(f"{c} ms" for c in cols) + " | " + " | ".join(f"{r}/{rules[0]}" for r in rules[1:])

@@ -30,6 +30,7 @@ from taskloom.ir.compute import GridCompute, ReduceCompute, Task
 from taskloom.ir.dtypes import DataType, TensorType, float32, index_type_for
 from taskloom.ir.functor import Rewriter, collect, substitute
 from taskloom.ir.index import is_unit, max_elements, prod, unravel
+from taskloom.ir.printer import expr_text
 from taskloom.schedule.interior import interior
 from taskloom.schedule.vectorize import vectorize_expr
 from taskloom.target.cpu import CpuTarget
@@ -49,6 +50,9 @@ SERIAL_STEPS = 8192
 #: Vector accumulators of a reduction along a contiguous axis: enough to cover the latency
 #: of a vector add (4 cycles) at one add per cycle.
 ACCUMULATORS = 4
+#: Terms of a per-vector reduction from which several vectors reduce side by side
+#: (:func:`_vector_span`): a global pool's 49 or more pixels, not a 3x3 window's 9.
+LONG_REDUCTION = 16
 
 _INIT = {"sum": 0.0, "mean": 0.0, "max": -math.inf, "min": math.inf, "prod": 1.0}
 _COMBINE = {"sum": "add", "mean": "add", "max": "max", "min": "min", "prod": "mul"}
@@ -287,16 +291,22 @@ def _node_nest(n: GridCompute, ctx: _Ctx) -> S.Stmt:
     """A node on its own: parallel over its outer axes (and blocks of its last axis)."""
     if not n.shape:
         return _node_body(n, ctx, {})
+    # trailing axes of extent 1 sit at 0: the rows run along the last axis of any length (a
+    # mean kept as (N, C, 1, 1) vectorizes over its channels)
+    k = len(n.shape)
+    while k > 1 and E.is_const(n.shape[k - 1], 1):
+        k -= 1
+    shape, axes, units = n.shape[:k], n.axes[:k], {a: E.as_expr(0) for a in n.axes[k:]}
     reduces = bool(collect(n.value, ReduceCompute))
-    if reduces and len(n.shape) > 1 and not _few_rows(n.shape[:-1], ctx):
-        outer = n.shape[:-1]
+    if reduces and len(shape) > 1 and not _few_rows(shape[:-1], ctx):
+        outer = shape[:-1]
         t = _loop_var(ctx, "o", _extent(outer))
-        body = _node_body(n, ctx, dict(zip(n.axes[:-1], _positions(t, outer))))
+        body = _node_body(n, ctx, {**dict(zip(axes[:-1], _positions(t, outer))), **units})
         return S.For(t, _extent(outer), body, _loop_kind([n]))
     # each element of a 1-d reduction (or of a few rows of them: a matrix-vector product) is a
     # whole reduction: far smaller blocks spread it
     block = REDUCE_BLOCK if reduces else BLOCK
-    *outer, last = n.shape
+    *outer, last = shape
     nb = _blocks(last, block)
     extent = _extent([*outer, nb]) if outer else nb
     t = _loop_var(ctx, "blk", extent)
@@ -304,14 +314,14 @@ def _node_nest(n: GridCompute, ctx: _Ctx) -> S.Stmt:
         o, b = t, E.as_expr(0)
     else:
         o, b = (t // E.cast(nb, t.type), t % E.cast(nb, t.type)) if outer else (E.as_expr(0), t)
-    bind = dict(zip(n.axes[:-1], _positions(o, outer))) if outer else {}
+    bind = {**(dict(zip(axes[:-1], _positions(o, outer))) if outer else {}), **units}
     if E.is_const(nb, 1):
-        return S.For(t, extent, _row(n, ctx, bind, E.as_expr(0), last), _loop_kind([n]))
+        return S.For(t, extent, _row(n, ctx, bind, E.as_expr(0), last, axes[-1]), _loop_kind([n]))
     start = E.Var(ctx.names.fresh("start"), last.type)
     length = E.Var(ctx.names.fresh("length"), last.type)
     body = S.seq([S.Comment(f"blocks of {block} along the last axis spread even one row over every core"),
                   S.Let(start, E.cast(b, last.type) * block), S.Let(length, E.minimum(last - start, block)),
-                  _row(n, ctx, bind, start, length)])
+                  _row(n, ctx, bind, start, length, axes[-1])])
     return S.For(t, extent, body, _loop_kind([n]))
 
 
@@ -328,9 +338,14 @@ def _node_body(n: GridCompute, ctx: _Ctx, bind: dict[E.Var, E.Expr]) -> S.Stmt:
         value = E.cast(_Reads(ctx).visit(substitute(n.value, bind, promote=True)), n.dtype)
         value, pre = _reduce_all(value, ctx)
         return S.seq([*pre, _store(n, ctx, bind, value)])
-    outer, last_extent = free[:-1], free[-1][1]
+    # trailing axes of extent 1 sit at 0: the row runs along the last axis of any length (a
+    # mean kept as (C, 1, 1) vectorizes over its channels)
+    while len(free) > 1 and E.is_const(free[-1][1], 1):
+        bind = {**bind, free[-1][0]: E.as_expr(0)}
+        free = free[:-1]
+    outer, (axis, last_extent) = free[:-1], free[-1]
     loops_vars = {a: E.Var(ctx.names.fresh(a.name), a.type) for a, _ in outer}
-    inner = _row(n, ctx, {**bind, **loops_vars}, E.as_expr(0), last_extent)
+    inner = _row(n, ctx, {**bind, **loops_vars}, E.as_expr(0), last_extent, axis)
     for (a, d) in reversed(outer):
         inner = S.For(loops_vars[a], d, inner)
     return inner
@@ -346,19 +361,21 @@ def _store(n: GridCompute, ctx: _Ctx, bind: dict[E.Var, E.Expr], value: E.Expr) 
     return S.BufferStore(var, idx, value)
 
 
-def _row(n: GridCompute, ctx: _Ctx, bind: dict[E.Var, E.Expr], start: E.Expr, length: E.Expr) -> S.Stmt:
-    """``n`` along its last axis for positions ``start .. start + length``."""
-    last = n.axes[-1]
+def _row(n: GridCompute, ctx: _Ctx, bind: dict[E.Var, E.Expr], start: E.Expr, length: E.Expr,
+         axis: E.Var | None = None) -> S.Stmt:
+    """``n`` along ``axis`` (its last, or one that only axes bound to 0 follow) for positions
+    ``start .. start + length``."""
+    last = n.axes[-1] if axis is None else axis
     j = E.Var(ctx.names.fresh(last.name), last.type)
     value = E.cast(_Reads(ctx).visit(substitute(n.value, {**bind, last: start + j}, promote=True)), n.dtype)
-    # reductions that do not depend on the last axis: once, before the loop
+    # reductions that do not depend on the row's axis: once, before the loop
     pre: list[S.Stmt] = []
     value, pre = _reduce_all(value, ctx, keep_if_mentions=j)
-    idx = tuple(bind.get(a, a) for a in n.axes[:-1])
     var = ctx.tensors[n]
-    if n in ctx.local:
-        idx = idx[ctx.prefix:]
-    out_idx = lambda jj: (*idx, start + jj)  # noqa: E731
+    cut = ctx.prefix if n in ctx.local else 0
+
+    def out_idx(jj: E.Expr) -> tuple[E.Expr, ...]:
+        return tuple(start + jj if a is last else bind.get(a, a) for a in n.axes)[cut:]
     if n.dtype == float32:
         span = _vector_span(value, j, E.as_expr(0), length, var, out_idx, ctx)
         if span is not None:
@@ -381,19 +398,62 @@ def _row(n: GridCompute, ctx: _Ctx, bind: dict[E.Var, E.Expr], start: E.Expr, le
 
 def _vector_span(value: E.Expr, j: E.Var, base: E.Expr, count: E.Expr, var: E.Var, out_idx: Any,
                  ctx: _Ctx) -> S.Stmt | None:
-    """``value`` stored for ``j`` in ``[base, base + count)``: full vectors, then one masked tail."""
+    """``value`` stored for ``j`` in ``[base, base + count)``: full vectors, then one masked tail.
+    A value that reduces LONG_REDUCTION terms or more per vector (a global average pool's sum
+    over every pixel) takes ACCUMULATORS vectors a step first, their reductions in one loop
+    nest, so that the chains of adds run side by side rather than each waiting on its own
+    latency; a 3x3 window's few terms do not gain (measured slower)."""
     lanes = ctx.lanes
     c = E.Var(ctx.names.fresh("c"), j.type)
     full = _vector_chunk(value, j, base + c * lanes, None, ctx)
     if full is None:
         return None
+    head: list[S.Stmt] = []
+    reductions = collect(value, ReduceCompute)
+    long = any((_count(r.shape) or 0) >= LONG_REDUCTION for r in reductions)  # type: ignore[attr-defined]
+    steps = _vector_steps(value, j, base, count, var, out_idx, ctx) if full[0] and long else None
+    if steps is not None:
+        head, done = steps
+        base, count = base + done, count - done
+        full = _vector_chunk(value, j, base + c * lanes, None, ctx)
+        assert full is not None
     tail0 = E.Var(ctx.names.fresh("tail"), j.type)
     rest = E.Var(ctx.names.fresh("rest"), j.type)
     tail = _vector_chunk(value, j, base + tail0, rest, ctx)
     assert tail is not None
-    return S.seq([S.For(c, count // lanes, S.seq([*full[0], S.VectorStore(var, out_idx(base + c * lanes), full[1])])),
+    return S.seq([*head,
+                  S.For(c, count // lanes, S.seq([*full[0], S.VectorStore(var, out_idx(base + c * lanes), full[1])])),
                   S.Let(tail0, count // lanes * lanes), S.Let(rest, count - tail0),
                   S.If(0 < rest, S.seq([*tail[0], S.VectorStore(var, out_idx(base + tail0), tail[1], rest)]))])
+
+
+def _vector_steps(value: E.Expr, j: E.Var, base: E.Expr, count: E.Expr, var: E.Var, out_idx: Any,
+                  ctx: _Ctx) -> tuple[list[S.Stmt], E.Var] | None:
+    """The loop over ``j`` in steps of ACCUMULATORS vectors, each vector's reductions fused into
+    one nest (:func:`_fused_nest`), and the variable holding how many elements it covers; None
+    when the vectors' statements differ in shape."""
+    lanes, n = ctx.lanes, ACCUMULATORS
+    step = E.Var(ctx.names.fresh("c"), j.type)
+    parts = [_vector_chunk(value, j, base + (step * n + u) * lanes, None, ctx) for u in range(n)]
+    if any(p is None for p in parts) or len({len(p[0]) for p in parts}) != 1:  # type: ignore[index]
+        return None
+    body = [_fused_nest(list(stmts)) for stmts in zip(*(p[0] for p in parts))]  # type: ignore[index]
+    stores = [S.VectorStore(var, out_idx(base + (step * n + u) * lanes), p[1])  # type: ignore[index]
+              for u, p in enumerate(parts)]
+    done = E.Var(ctx.names.fresh("done"), j.type)
+    steps = count // (lanes * n)
+    return [S.For(step, steps, S.seq([*body, *stores])), S.Let(done, steps * (lanes * n))], done
+
+
+def _fused_nest(nests: list[S.Stmt]) -> S.Stmt:
+    """Loop nests of the same extents as one nest whose body runs each nest's body in turn
+    (their loop variables renamed to the first's); other statements one after another."""
+    first = nests[0]
+    if isinstance(first, S.For) and all(isinstance(n, S.For) and expr_text(n.extent) == expr_text(first.extent)
+                                        for n in nests):
+        bodies = [substitute(n.body, {n.var: first.var}) for n in nests]  # type: ignore[attr-defined]
+        return S.For(first.var, first.extent, _fused_nest(bodies), first.kind)
+    return S.seq(nests)
 
 
 def _scalar_span(value: E.Expr, j: E.Var, base: E.Expr, count: E.Expr, var: E.Var, out_idx: Any,

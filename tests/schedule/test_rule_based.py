@@ -8,6 +8,7 @@ import pytest
 import taskloom
 from taskloom.ir import (For, VectorLoad, VectorStore, call, collect, f32, i32, logical_and, ne, select,
                          var)
+from taskloom.ir.stmt import Assign
 from taskloom.ir.compute import Task, compute, reduce, tensor_input
 from taskloom.schedule import schedule_task
 from taskloom.target import get_target, host_target
@@ -242,3 +243,37 @@ def test_an_activation_after_a_window_is_computed_in_its_loop(batch):
     ref = torch.nn.functional.conv2d(torch.from_numpy(X).permute(0, 3, 1, 2), torch.from_numpy(w).permute(3, 2, 0, 1),
                                      padding=1, groups=32).clamp(0, 6).permute(0, 2, 3, 1).numpy()
     np.testing.assert_allclose(compiled(X), ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("spec", TARGETS)
+@pytest.mark.parametrize("pixels, side_by_side", [(49, True), (9, False)])
+def test_long_reductions_per_vector_run_several_vectors_side_by_side(spec, pixels, side_by_side):
+    """A global average pool in NHWC sums every pixel per vector of channels: four vectors'
+    sums share one loop over the pixels (independent chains of adds); a 3x3 window's nine
+    terms keep a loop per vector. Channel counts leave a single vector and a masked tail."""
+    P = var("P")
+    X = tensor_input("X", f32, [R, P, C])
+    mean = compute("mean", [R, C], lambda r, c: reduce([pixels], lambda p: X[r, p, c], "mean"))
+    kernel, low = build(Task("global_pool", [X], [mean]), spec)
+    def sums(loop: For) -> set[str]:  # the vector sums one loop over the pixels adds to
+        return {a.var.name for a in collect(loop.body, Assign) if a.var.name.startswith("mean_vec")}
+    assert any(len(sums(f)) == 4 and not collect(f.body, For) for f in collect(low, For)) is side_by_side
+    lanes = get_target(spec).vector_lanes(f32)
+    for channels in (3, lanes, 4 * lanes + 5, 9 * lanes):
+        x = rng.standard_normal((2, pixels, channels), dtype=np.float32)
+        y = np.empty((2, channels), np.float32)
+        kernel(x, y)
+        np.testing.assert_allclose(y, x.mean(1), rtol=1e-5, atol=1e-6)
+
+
+def test_a_row_ending_in_axes_of_one_vectorizes_along_its_last_long_axis():
+    """A mean kept as (C, 1, 1) per image (a global pool of an NHWC tensor read as NCHW) runs
+    along its channels: vector loads of consecutive channels, not one channel at a time."""
+    X = tensor_input("X", f32, [2, 5, 5, 40])
+    pooled = compute("pooled", [2, 40, 1, 1], lambda n, c, h, w: reduce([5, 5], lambda y, x: X[n, y, x, c], "mean"))
+    kernel, low = build(Task("pool_nchw", [X], [pooled]))
+    assert collect(low, VectorLoad) and collect(low, VectorStore)
+    x = rng.standard_normal((2, 5, 5, 40), dtype=np.float32)
+    y = np.empty((2, 40, 1, 1), np.float32)
+    kernel(x, y)
+    np.testing.assert_allclose(y[:, :, 0, 0], x.mean((1, 2)), rtol=1e-5, atol=1e-6)

@@ -23,7 +23,7 @@ from taskloom.ir import expr as E
 from taskloom.ir.dtypes import TensorType, index_type
 from taskloom.ir.functor import Rewriter, collect, substitute
 from taskloom.ir.arith import simplify_expr
-from taskloom.ir.index import prod, row_major_offset, unravel
+from taskloom.ir.index import is_unit, prod, row_major_offset, unravel
 
 REDUCE_KINDS = ("sum", "max", "min", "mean", "prod", "argmax", "argmin")
 
@@ -320,12 +320,14 @@ def reads_at_own_index(task: Task, inp: TensorInput) -> bool:
     value = inline(out.value)
     reads = [e for e in collect(value, E.TensorElement) if e.tensor is inp]
     reduced = {id(e) for r in collect(value, ReduceCompute) for e in collect(r.value, E.TensorElement)}
+    return bool(reads) and all(id(e) not in reduced and at_own_index(e.indices, out) for e in reads)
 
-    def own(i: E.Expr, axis: E.Var, extent: Any) -> bool:  # an axis of extent 1 may be read at 0
-        return i is axis or (E.is_const(E.as_expr(extent), 1) and E.is_const(i, 0))
-    return bool(reads) and all(id(e) not in reduced and len(e.indices) == len(out.axes)
-                               and all(own(i, a, d) for i, a, d in zip(e.indices, out.axes, out.shape))
-                               for e in reads)
+
+def at_own_index(indices: Sequence[E.Expr], node: GridCompute) -> bool:
+    """Whether ``indices`` name ``node``'s own element: each its axis, or 0 on an axis of
+    extent 1 (where broadcasting reads it)."""
+    return len(indices) == len(node.axes) and all(
+        i == axis or (is_unit(extent) and E.is_const(i, 0)) for i, axis, extent in zip(indices, node.axes, node.shape))
 
 
 def bijective_inputs(task: Task) -> list[TensorInput]:

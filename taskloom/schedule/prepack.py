@@ -80,13 +80,12 @@ def constant_b(con: Contraction, constants: Mapping[int, np.ndarray]) -> np.ndar
         return None
     shared = con.vb not in E.free_vars(con.b)
     pb = 1 if shared else con.batch
-    b, k, n = np.ix_(np.arange(pb), np.arange(con.K), np.arange(con.N))
-    env = {con.vb: b, con.vk: k, con.vn: n}
     arrays = {t: np.asarray(constants[positions[t]]) for t in reads}
     value = _read_where_it_lies(con, arrays)
-    if value is None:
+    if value is None:  # element by element, over index grids
+        b, k, n = np.ix_(np.arange(pb), np.arange(con.K), np.arange(con.N))
         try:
-            value = evaluate(con.b, env, arrays)
+            value = evaluate(con.b, {con.vb: b, con.vk: k, con.vn: n}, arrays)
         except NotEvaluable:
             return None
     return np.ascontiguousarray(np.broadcast_to(value, (pb, con.K, con.N)), dtype=np.float32)

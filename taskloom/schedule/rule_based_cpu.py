@@ -26,10 +26,10 @@ from typing import Any, Sequence
 
 from taskloom.ir import expr as E
 from taskloom.ir import stmt as S
-from taskloom.ir.compute import GridCompute, ReduceCompute, Task
+from taskloom.ir.compute import GridCompute, ReduceCompute, Task, at_own_index
 from taskloom.ir.dtypes import DataType, TensorType, float32, index_type_for
 from taskloom.ir.functor import Rewriter, collect, substitute
-from taskloom.ir.index import is_unit, max_elements, prod, unravel
+from taskloom.ir.index import max_elements, prod, unravel
 from taskloom.ir.printer import expr_text
 from taskloom.schedule.interior import interior
 from taskloom.schedule.vectorize import vectorize_expr
@@ -127,10 +127,7 @@ def _read_in_place(c: GridCompute, readers: dict[GridCompute, list[GridCompute]]
     (reader, *more) = readers.get(c, [None])
     if reader is None or more or tuple(reader.shape) != tuple(c.shape):
         return False
-
-    def own(i: E.Expr, axis: E.Var, extent: E.Expr) -> bool:  # (a unit axis may be read at 0)
-        return i == axis or (is_unit(extent) and E.is_const(i, 0))
-    return all(el.tensor is not c or all(map(own, el.indices, reader.axes, reader.shape))  # type: ignore[attr-defined]
+    return all(el.tensor is not c or at_own_index(el.indices, reader)  # type: ignore[attr-defined]
                for el in collect(reader.value, E.TensorElement))
 
 
@@ -291,12 +288,8 @@ def _node_nest(n: GridCompute, ctx: _Ctx) -> S.Stmt:
     """A node on its own: parallel over its outer axes (and blocks of its last axis)."""
     if not n.shape:
         return _node_body(n, ctx, {})
-    # trailing axes of extent 1 sit at 0: the rows run along the last axis of any length (a
-    # mean kept as (N, C, 1, 1) vectorizes over its channels)
-    k = len(n.shape)
-    while k > 1 and E.is_const(n.shape[k - 1], 1):
-        k -= 1
-    shape, axes, units = n.shape[:k], n.axes[:k], {a: E.as_expr(0) for a in n.axes[k:]}
+    free, units = _without_trailing_units(list(zip(n.axes, n.shape)))
+    axes, shape = [a for a, _ in free], [d for _, d in free]
     reduces = bool(collect(n.value, ReduceCompute))
     if reduces and len(shape) > 1 and not _few_rows(shape[:-1], ctx):
         outer = shape[:-1]
@@ -338,17 +331,24 @@ def _node_body(n: GridCompute, ctx: _Ctx, bind: dict[E.Var, E.Expr]) -> S.Stmt:
         value = E.cast(_Reads(ctx).visit(substitute(n.value, bind, promote=True)), n.dtype)
         value, pre = _reduce_all(value, ctx)
         return S.seq([*pre, _store(n, ctx, bind, value)])
-    # trailing axes of extent 1 sit at 0: the row runs along the last axis of any length (a
-    # mean kept as (C, 1, 1) vectorizes over its channels)
-    while len(free) > 1 and E.is_const(free[-1][1], 1):
-        bind = {**bind, free[-1][0]: E.as_expr(0)}
-        free = free[:-1]
+    free, units = _without_trailing_units(free)
     outer, (axis, last_extent) = free[:-1], free[-1]
     loops_vars = {a: E.Var(ctx.names.fresh(a.name), a.type) for a, _ in outer}
-    inner = _row(n, ctx, {**bind, **loops_vars}, E.as_expr(0), last_extent, axis)
+    inner = _row(n, ctx, {**bind, **units, **loops_vars}, E.as_expr(0), last_extent, axis)
     for (a, d) in reversed(outer):
         inner = S.For(loops_vars[a], d, inner)
     return inner
+
+
+def _without_trailing_units(free: list[tuple[E.Var, E.Expr]]
+                            ) -> tuple[list[tuple[E.Var, E.Expr]], dict[E.Var, E.Expr]]:
+    """``(axis, extent)`` pairs less the trailing ones of extent 1, and those axes bound to 0:
+    a row runs along the last axis of any length (a mean kept as ``(C, 1, 1)`` vectorizes
+    over its channels)."""
+    k = len(free)
+    while k > 1 and E.is_const(free[k - 1][1], 1):
+        k -= 1
+    return free[:k], {a: E.as_expr(0) for a, _ in free[k:]}
 
 
 def _store(n: GridCompute, ctx: _Ctx, bind: dict[E.Var, E.Expr], value: E.Expr) -> S.Stmt:
@@ -404,19 +404,17 @@ def _vector_span(value: E.Expr, j: E.Var, base: E.Expr, count: E.Expr, var: E.Va
     nest, so that the chains of adds run side by side rather than each waiting on its own
     latency; a 3x3 window's few terms do not gain (measured slower)."""
     lanes = ctx.lanes
+    head: list[S.Stmt] = []
+    long = any((_count(r.shape) or 0) >= LONG_REDUCTION  # type: ignore[attr-defined]
+               for r in collect(value, ReduceCompute))
+    steps = _vector_steps(value, j, base, count, var, out_idx, ctx) if long else None
+    if steps is not None:
+        head, done = steps
+        base, count = base + done, count - done
     c = E.Var(ctx.names.fresh("c"), j.type)
     full = _vector_chunk(value, j, base + c * lanes, None, ctx)
     if full is None:
         return None
-    head: list[S.Stmt] = []
-    reductions = collect(value, ReduceCompute)
-    long = any((_count(r.shape) or 0) >= LONG_REDUCTION for r in reductions)  # type: ignore[attr-defined]
-    steps = _vector_steps(value, j, base, count, var, out_idx, ctx) if full[0] and long else None
-    if steps is not None:
-        head, done = steps
-        base, count = base + done, count - done
-        full = _vector_chunk(value, j, base + c * lanes, None, ctx)
-        assert full is not None
     tail0 = E.Var(ctx.names.fresh("tail"), j.type)
     rest = E.Var(ctx.names.fresh("rest"), j.type)
     tail = _vector_chunk(value, j, base + tail0, rest, ctx)

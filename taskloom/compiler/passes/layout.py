@@ -224,7 +224,7 @@ def _regions(graph: Graph, channel_multiple: int, dtypes: tuple[str, ...], stems
     chosen: set[Node] = set()
     for members in convs.values():
         paying = [n for n in members if conv_pays(n, channel_multiple, dtypes)]
-        window = any(n.task.attr("groups") == 1 and n.inputs[1].shape[2:] != (1, 1) for n in paying)
+        window = any(map(_window, paying))
         if window or len(paying) > 1:
             chosen.update(members)
     return chosen
@@ -247,14 +247,18 @@ def choose_layout(graph: Graph, target: Target) -> Graph:
     return rewrite(graph, _rule(_Layouts(), chosen, padded))
 
 
+def _window(node: Node) -> bool:
+    """Whether ``node`` convolves a window of pixels: not 1x1, not grouped (depthwise)."""
+    return node.task.attr("groups") == 1 and node.inputs[1].shape[2:] != (1, 1)
+
+
 def _window_in_place(node: Node, target: Target) -> bool:
-    """Whether ``node`` convolves a window of pixels (not 1x1, not depthwise) that the matmul
-    template will read in place once its input is padded ahead: all of its K in one block
-    beside a B panel of the widest tile (a larger one packs the window, and the pad would be
-    a pass for nothing)."""
+    """Whether ``node`` convolves a window (:func:`_window`) that the matmul template will read
+    in place once its input is padded ahead: all of its K in one block beside a B panel of
+    the widest tile (a larger one packs the window, and the pad would be a pass for nothing)."""
     from taskloom.schedule.templates.matmul_cpu import WIDEST_TILE_VECTORS, window_fits
     w = node.inputs[1]  # OIHW
-    if node.task.attr("groups") != 1 or w.shape[2:] == (1, 1):
+    if not _window(node):
         return False
     return window_fits(w.shape[1] * w.shape[2] * w.shape[3], WIDEST_TILE_VECTORS * target.vector_lanes(float32),
                        target)

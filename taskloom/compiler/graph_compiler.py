@@ -2,6 +2,7 @@
 launcher into one shared library (a :class:`~taskloom.runtime.CompiledGraph`)."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from typing import Any
@@ -27,6 +28,7 @@ from taskloom.runtime.library_file import record_source
 from taskloom.runtime.saved_file import graph_record
 from taskloom.runtime.memory_plan import Buffer, plan_memory
 from taskloom.compiler.drivers import schedule_kernel, schedule_variants
+from taskloom.compiler.placement import Block, Placing, fill_task, find_placings, write_into
 from taskloom.target import CudaTarget, get_target
 from taskloom.tune.budget import Budget
 from taskloom.target.base import Target
@@ -81,14 +83,13 @@ def compile_graph(graph: Graph, target: Target | str | None = None, *, tune: int
     phase = time.perf_counter()
     groups = fuse_graph(graph) if fuse else [FusedGroup.single(n) for n in graph.nodes]
     timings["fusion"] = time.perf_counter() - phase
-    places = _Places(graph, groups, list(symbols))
 
     # whether each kernel's weight comes from memory on every call (the target decides)
     weights_stream = tgt.streams_weights(sum(_nbytes(c) for c in graph.constants))
     phase = time.perf_counter()
     points = sample_points(symbols) if symbols else []
-    functions, calls, kernels, choices = _schedule_groups(groups, places, tgt, tune, clock if budget is not None
-                                                          else None, weights_stream, points)
+    functions, calls, kernels, choices, places = _schedule_groups(
+        graph, groups, tgt, tune, clock if budget is not None else None, weights_stream, points, list(symbols))
     timings["schedule"] = time.perf_counter() - phase
     arrays = [np.ascontiguousarray(c) for c in places.constants]
     meta = {"inputs": [{"name": t.name, "dtype": t.dtype.name, "shape": shape_entries(t.shape)}
@@ -135,39 +136,47 @@ def _passes(graph: Graph, tgt: Target, optimize: bool, relayout: bool) -> Graph:
     return graph
 
 
-def _schedule_groups(groups: list[FusedGroup], places: "_Places", tgt: Target, tune: int, clock: Budget | None,
-                     weights_stream: bool, points: list[dict[str, int]]
-                     ) -> tuple[list[Any], list[Call | Dispatch], list[dict[str, Any]], list[list[int]]]:
+def _schedule_groups(graph: Graph, groups: list[FusedGroup], tgt: Target, tune: int, clock: Budget | None,
+                     weights_stream: bool, points: list[dict[str, int]], symbols: list[str]
+                     ) -> tuple[list[Any], list[Call | Dispatch], list[dict[str, Any]], list[list[int]], "_Places"]:
     """Each group's kernel (a symbolic template kernel's variants, at the sample ``points``),
-    the launcher's call of it, what ``meta["kernels"]`` says of it, and per kernel built in
-    variants the variant at each point. A kernel whose code is that of an earlier one (the
-    same layer again in a deep model) is not built twice: its call runs the earlier one."""
-    cuda = isinstance(tgt, CudaTarget)
+    the launcher's call of it, what ``meta["kernels"]`` says of it, per kernel built in
+    variants the variant at each point, and where every tensor lives. A kernel whose code is
+    that of an earlier one (the same layer again in a deep model) is not built twice: its
+    call runs the earlier one. A pad or concatenation whose inputs' kernels write them in
+    place (:mod:`~taskloom.compiler.placement`) only fills the rest, or runs no kernel."""
+    constants = {id(c) for c in graph.constants}
+    placings = {p.group: p for p in find_placings(graph, groups)} if tgt.writes_blocks_in_place() else {}
+    scheduled: dict[int, tuple[list[Any], list[int]]] = {}
+    for g, group in enumerate(groups):
+        if g not in placings:
+            scheduled[g] = _variants(g, group, len(groups) - g, constants, tgt, tune, clock, weights_stream, points)
+    views = _write_in_place(groups, scheduled, placings, tgt)
+    for g in sorted(set(range(len(groups))) - scheduled.keys()):  # placings the producers could not serve
+        scheduled[g] = _variants(g, groups[g], 1, constants, tgt, tune, clock, weights_stream, points)
+    places = _Places(graph, groups, symbols, views)
     functions: list[Any] = []
     built: dict[Any, Any] = {}  # a kernel's code (its name left out) -> the kernel built with it
     calls: list[Call | Dispatch] = []
     kernels: list[dict[str, Any]] = []
     choices: list[list[int]] = []
     for g, group in enumerate(groups):
-        deadline = clock.deadline(tasks_left=len(groups) - g) if clock is not None else None
-        known = {k: t.numpy() for k, t in enumerate(group.inputs) if id(t) in places.graph_constants}
-        name, note = f"k{g}_{group.name}", f"{group.name}: {' + '.join(group.ops)}"
-        if points and group.task.symbols():
-            variants, table = schedule_variants(group.task, tgt, points, name, known, weights_stream)
-        else:
-            variants, table = [schedule_kernel(group.task, tgt, name=name, tune=tune, deadline=deadline,
-                                               constants=known, weights_stream=weights_stream)], []
+        variants, table = scheduled[g]
+        if not variants:  # a concatenation its inputs' kernels wrote
+            continue
+        note = f"{group.name}: {' + '.join(group.ops)}"
         group_calls = []
-        for scheduled in variants:
-            args = _arguments(scheduled.fn, places, [places.ref_of(group.inputs[x]) if isinstance(x, int)
-                                                     else places.constant_ref(x, same_as=True)
-                                                     for x in scheduled.inputs]
-                              + [places.refs[id(t)] for t in group.outputs])
-            own = _sharing_memory(scheduled.fn, args, len(group.outputs))
+        for v in variants:
+            outputs = [places.refs[id(t)] for t in group.outputs]
+            if g in placings:  # a fill: each box a parameter, all the one result
+                outputs = outputs * sum(1 for p in v.fn.params if not isinstance(p.type, DataType))
+            args = _arguments(v.fn, places, [places.ref_of(group.inputs[x]) if isinstance(x, int)
+                                             else places.constant_ref(x, same_as=True) for x in v.inputs] + outputs)
+            own = _sharing_memory(v.fn, args, len(outputs))
             fn = built.setdefault(own.renamed(""), own)
             if fn is own:
                 functions.append(fn)
-            types = tuple(cuda_param_type(p) for p in fn.params) if cuda else ()
+            types = tuple(cuda_param_type(p) for p in fn.params) if isinstance(tgt, CudaTarget) else ()
             group_calls.append(Call(c_symbol(fn.name), args, note, fn.reports_status, types))
         if len(group_calls) == 1:
             calls.append(group_calls[0])
@@ -175,7 +184,70 @@ def _schedule_groups(groups: list[FusedGroup], places: "_Places", tgt: Target, t
             calls.append(Dispatch(len(choices), tuple(group_calls), note))
             choices.append(table)
         kernels.append(_kernel_meta([v.fn for v in variants], group))
-    return functions, calls, kernels, choices
+    return functions, calls, kernels, choices, places
+
+
+def _variants(g: int, group: FusedGroup, tasks_left: int, constants: set[int], tgt: Target, tune: int,
+              clock: Budget | None, weights_stream: bool, points: list[dict[str, int]]) -> tuple[list[Any], list[int]]:
+    """A group's kernel, or a symbolic template kernel's variants and which serves each point
+    (tuning, if any, within its share of what is left of the budget for ``tasks_left`` kernels)."""
+    deadline = clock.deadline(tasks_left=tasks_left) if clock is not None else None
+    known = {k: t.numpy() for k, t in enumerate(group.inputs) if id(t) in constants}
+    name = f"k{g}_{group.name}"
+    if points and group.task.symbols():
+        return schedule_variants(group.task, tgt, points, name, known, weights_stream)
+    return [schedule_kernel(group.task, tgt, name=name, tune=tune, deadline=deadline,
+                            constants=known, weights_stream=weights_stream)], []
+
+
+def _write_in_place(groups: list[FusedGroup], scheduled: dict[int, tuple[list[Any], list[int]]],
+                    placings: dict[int, Placing], tgt: Target) -> dict[int, Tensor]:
+    """For each placing whose inputs' kernels (every variant) can write them in place, those
+    kernels rewritten to, and its own kernel a fill of the rest (none for a concatenation);
+    the inputs so written, each with the tensor it lies in. The others are dropped from
+    ``placings``, to copy as before."""
+    made_by = {id(t): (g, k) for g, grp in enumerate(groups) for k, t in enumerate(grp.outputs)}
+    views: dict[int, Tensor] = {}
+    for g, p in list(placings.items()):
+        rewritten: dict[int, list[Any]] = {}
+        for key, block in p.blocks.items():
+            gx, k = made_by[key]
+            x = groups[gx].outputs[k]
+            variants = rewritten.get(gx, scheduled[gx][0])
+            new = [_placed(v, len(groups[gx].outputs), k, x.shape, block) for v in variants]
+            if None in new:
+                break
+            rewritten[gx] = new
+        else:
+            fill = _fill(g, groups[g], p, tgt)
+            if fill is not None:
+                for gx, variants in rewritten.items():
+                    scheduled[gx] = (variants, scheduled[gx][1])
+                scheduled[g] = fill
+                views.update({key: block.host for key, block in p.blocks.items()})
+                continue
+        del placings[g]
+    return views
+
+
+def _placed(v: Any, outputs: int, k: int, shape: tuple[Any, ...], block: Block) -> Any:
+    """Scheduled kernel ``v`` writing its output ``k`` (of ``outputs``) into ``block``; None if it cannot."""
+    tensors = sum(1 for p in v.fn.params if not isinstance(p.type, DataType))
+    fn = write_into(v.fn, tensors - outputs + k, shape, block)
+    return None if fn is None else dataclasses.replace(v, fn=fn)
+
+
+def _fill(g: int, group: FusedGroup, p: Placing, tgt: Target) -> tuple[list[Any], list[int]] | None:
+    """The kernel writing a placing's boxes into its result (no kernel when there are none)."""
+    if not p.boxes:
+        return [], []
+    name = f"k{g}_{group.name}_border"
+    v = schedule_kernel(fill_task(p, name), tgt, name=name)
+    for k, (offsets, dims) in enumerate(p.boxes):
+        v = _placed(v, len(p.boxes), k, dims, Block(group.outputs[0], offsets))
+        if v is None:
+            return None
+    return [v], []
 
 
 def _sharing_memory(fn: Any, args: tuple[Ref, ...], outputs: int) -> Any:
@@ -207,8 +279,11 @@ class _Places:
     among the intermediates, planned from the groups' lifetimes: an arena offset, or in a
     dynamic graph (``symbols``) a slot whose offset each call plans for its sizes."""
 
-    def __init__(self, graph: Graph, groups: list[FusedGroup], symbols: list[str] | None = None):
+    def __init__(self, graph: Graph, groups: list[FusedGroup], symbols: list[str] | None = None,
+                 views: dict[int, Tensor] | None = None):
         self.symbols = symbols or []
+        self.views = views or {}  # a tensor written in place into another (compiler.placement) -> that one
+        self.placed = set(self.views) | {id(h) for h in self.views.values()}
         self.refs: dict[int, Ref] = {id(t): Ref("in", k) for k, t in enumerate(graph.inputs)}
         self.constants: list[np.ndarray] = []
         self.graph_constants = {id(c): c for c in graph.constants}
@@ -244,9 +319,11 @@ class _Places:
         for key in produced:  # in group order: a result written over one written over another
             if key in over:
                 root[key] = root[over[key]]
+        for key, host in self.views.items():
+            root[key] = id(host)
         lives: dict[int, tuple[int, int]] = {}  # each buffer's first and last group, its tensors together
         for key, g in produced.items():
-            if key not in self.refs:
+            if key not in self.refs and root[key] not in self.refs:
                 first, last = lives.get(root[key], (g, g))
                 lives[root[key]] = (min(first, g), max(last, last_use.get(key, g), g))
         if self.symbols:
@@ -275,12 +352,12 @@ class _Places:
         over: dict[int, int] = {}
         taken: set[int] = set()
         for g, group in enumerate(groups):
-            if len(group.outputs) != 1 or id(group.outputs[0]) in self.refs:
+            if len(group.outputs) != 1 or id(group.outputs[0]) in self.refs or id(group.outputs[0]) in self.placed:
                 continue
             t = group.outputs[0]
             for r in dict.fromkeys(group.inputs):  # each tensor once, in order
                 key = id(r)
-                if (key in self.refs or key not in produced or key in taken or last_use.get(key) != g
+                if (key in self.refs or key not in produced or key in taken or last_use.get(key) != g or key in self.placed
                         or r.dtype != t.dtype or shape_entries(r.shape) != shape_entries(t.shape)):
                     continue
                 if all(reads_at_own_index(group.task, p) for p, x in zip(group.task.inputs, group.inputs) if x is r):
@@ -296,6 +373,9 @@ class _Places:
 
     def describe(self) -> str:
         over = f"; {self.written_over} written over an input" if self.written_over else ""
+        if self.views:
+            hosts = len({id(h) for h in self.views.values()})
+            over += f"; {len(self.views)} written in place into {hosts} padded or joined tensors"
         if self.plan is not None:
             return self.plan.describe() + over
         return f"{len(self.slots)} intermediates planned per call for the sizes of {', '.join(self.symbols)}{over}"

@@ -256,7 +256,8 @@ def fuse_contraction(program: S.Function, con: Contraction, name: str | None = N
     names = _param_names(con, taken)
     params = {t: _flat_var(n, t.type) for t, n in zip(con.task.inputs, names)}
     out = _flat_var(names[-1], con.output.type)  # type: ignore[arg-type]
-    attrs = program.attrs
+    # its stores run along rows of N elements of the flat output (for writing it in place)
+    attrs = (*program.attrs, ("out_row", con.N)) if isinstance(con.N, int) else program.attrs
     packed = program.attr("prepacked_b", 0)
     fuse = _Fuse(con, A, None if packed else B, C, params, out, aligned=program.attr("pack_aligned", False),
                  a_run=program.attr("pack_a_run", 0))

@@ -72,6 +72,12 @@ class Target:
         with the layers it feeds (:func:`taskloom.compiler.passes.layout.is_stem`)."""
         return False
 
+    def writes_blocks_in_place(self) -> bool:
+        """Whether a kernel may write its result into a block of a padded or joined tensor
+        (:mod:`~taskloom.compiler.placement`), its rows then starting anywhere in a row of
+        that tensor."""
+        return False
+
     def nhwc_pads_windows(self) -> bool:
         """Whether an NHWC window convolution with padding reads its input padded ahead (a
         kernel of its own) instead of testing each element of the window for the border."""

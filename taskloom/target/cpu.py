@@ -171,6 +171,11 @@ class CpuTarget(Target):
         template copies the stem's window by runs of a row's channels."""
         return True
 
+    def writes_blocks_in_place(self) -> bool:
+        """True: vector loads and stores take any address (a CUDA kernel's 16-byte vectors
+        need their rows aligned, so there it is off)."""
+        return True
+
     def nhwc_pads_windows(self) -> bool:
         """True: the matmul template then reads the window in place, no copy of it packed
         (:func:`~taskloom.schedule.contraction.a_window_run`); the pad is one pass over the

@@ -84,7 +84,7 @@ def test_post_fusion_rewrites_operand_reads_and_result_stores():
                         acc = acc + A[0, m, k] * B[0, k, n]
                     C[0, m, n] = acc
         ''', '''
-        @kernel
+        @kernel(out_row=8)
         def naive(x: f32[24], b: f32[1], b_: f32[48], b__: f32[8], out: f32[32]):
             for m in range(4):
                 for n in range(8):

@@ -59,6 +59,7 @@ from taskloom.ir.index import round_up
 from taskloom.ir import stmt as S
 from taskloom.ir import expr as E
 from taskloom.ir.printer import expr_text
+from taskloom.runtime.aligned import aligned_empty
 from taskloom.ir.mapping import spatial, repeat
 from taskloom.script import kernel, parse_function
 from taskloom.target.cpu import CpuTarget
@@ -833,10 +834,12 @@ def pack_b_panels(b: "np.ndarray", config: MatmulConfig, target: CpuTarget) -> "
     NR = config.nv * target.vector_lanes(f32)
     NP, whole = cdiv(N, NR), N // NR
     # written in place, with no padded copy of B first: a model's weights are hundreds of MB,
-    # and each new page costs a fault
-    out = np.empty((PB, NP, K, NR), np.float32) if N % NR == 0 else np.zeros((PB, NP, K, NR), np.float32)
+    # and each new page costs a fault; aligned as the compiled graph keeps its constants, so
+    # that it takes these as they are instead of copying them once more
+    out = aligned_empty((PB, NP, K, NR), np.float32)
     out[:, :whole] = b[:, :, :whole * NR].reshape(PB, K, whole, NR).transpose(0, 2, 1, 3)
     if N % NR:
+        out[:, whole] = 0
         out[:, whole, :, :N % NR] = b[:, :, whole * NR:]
     return out
 

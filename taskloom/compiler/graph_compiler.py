@@ -244,7 +244,7 @@ def _fill(g: int, group: FusedGroup, p: Placing, tgt: Target) -> tuple[list[Any]
     name = f"k{g}_{group.name}_border"
     v = schedule_kernel(fill_task(p, name), tgt, name=name)
     for k, (offsets, dims) in enumerate(p.boxes):
-        v = _placed(v, len(p.boxes), k, dims, Block(group.outputs[0], offsets))
+        v = _placed(v, len(p.boxes), k, dims, Block(p.host, offsets))
         if v is None:
             return None
     return [v], []

@@ -38,9 +38,11 @@ class Block:
 
 @dataclass
 class Placing:
-    """A placing group: its inputs' blocks and the boxes (offsets, shape) it fills with ``value``."""
+    """A placing group: its result, its inputs' blocks of it and the boxes (offsets, shape)
+    of it that it fills with ``value``."""
 
     group: int
+    host: Tensor
     blocks: dict[int, Block]  # id(input) -> its block
     boxes: list[tuple[tuple[int, ...], tuple[Any, ...]]] = field(default_factory=list)
     value: Any = None
@@ -75,7 +77,7 @@ def _placing(g: int, group: FusedGroup) -> Placing | None:
     if any(not isinstance(d, int) for d in host.shape[1:]) or 0 in host.shape[1:]:
         return None
     at: dict[int, tuple[int, ...]] = {id(host): (0,) * len(host.shape)}
-    placing = Placing(g, {})
+    placing = Placing(g, host, {})
     for n in reversed(group.nodes):
         out = n.outputs[0]
         if id(out) not in at:
@@ -134,8 +136,7 @@ def border_boxes(shape: tuple[Any, ...], before: list[int], after: list[int], ba
 
 def fill_task(p: Placing, name: str) -> Task:
     """The task writing ``p``'s boxes, one output each; :func:`write_into` then places them."""
-    dtype = p.blocks[next(iter(p.blocks))].host.dtype
-    value = E.const(p.value, dtype)
+    value = E.const(p.value, p.host.dtype)
     outs = [compute(f"border{k}", list(dims), lambda *i: value) for k, (_, dims) in enumerate(p.boxes)]
     return Task(name, (), tuple(outs), (("ops", ("pad",)),))
 

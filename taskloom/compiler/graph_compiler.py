@@ -153,7 +153,7 @@ def _schedule_groups(graph: Graph, groups: list[FusedGroup], tgt: Target, tune: 
             scheduled[g] = _variants(g, group, len(groups) - g, constants, tgt, tune, clock, weights_stream, points)
     views = _write_in_place(groups, scheduled, placings, tgt)
     for g in sorted(set(range(len(groups))) - scheduled.keys()):  # placings the producers could not serve
-        scheduled[g] = _variants(g, groups[g], 1, constants, tgt, tune, clock, weights_stream, points)
+        scheduled[g] = _variants(g, groups[g], len(groups) - g, constants, tgt, tune, clock, weights_stream, points)
     places = _Places(graph, groups, symbols, views)
     functions: list[Any] = []
     built: dict[Any, Any] = {}  # a kernel's code (its name left out) -> the kernel built with it

@@ -86,7 +86,8 @@ def _placing(g: int, group: FusedGroup) -> Placing | None:
         if n.op == "pad":
             before, after = pad_widths(n.task.attr("pads"), len(out.shape))
             value = n.task.attr("value")
-            if min(before + after) < 0 or placing.value not in (None, value):
+            if min(before + after) < 0 or placing.value not in (None, value) \
+                    or (before[0] or after[0]) and not isinstance(out.shape[0], int):  # a border at a symbol
                 return None
             placing.value = value
             placing.boxes += border_boxes(out.shape, before, after, base)

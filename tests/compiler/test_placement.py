@@ -214,3 +214,18 @@ def test_random_joins_and_pads_match_numpy(branches, axis, widths, pad_first):
     compiled = taskloom.compile(Graph(inputs, [out]))
     want = 2 * jv + jv.sum(-1, keepdims=True)
     np.testing.assert_allclose(compiled(*values), want, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(want).max()))
+
+
+def test_a_border_along_a_symbolic_axis_is_copied():
+    """A pad along the batch, whose border's place depends on the batch: not placed."""
+    x = Tensor((symbol("batch"), 16), taskloom.ir.f32, name="x")
+    p = ops.pad(ops.softmax(x, axis=1), (0, 0, 1, 2), value=0.5)
+    compiled = taskloom.compile(Graph([x], [ops.sum(p, axis=1), ops.max(p, axis=0)]))
+    assert "written in place" not in compiled.meta["memory"]
+    for batch in (3, 1):
+        xv = rng.standard_normal((batch, 16)).astype(np.float32)
+        e = np.exp(xv - xv.max(1, keepdims=True))
+        pv = np.pad(e / e.sum(1, keepdims=True), ((1, 2), (0, 0)), constant_values=0.5)
+        total, top = compiled(xv)
+        np.testing.assert_allclose(total, pv.sum(1), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(top, pv.max(0), rtol=1e-5, atol=1e-5)

@@ -2,16 +2,41 @@
 
 numpy aligns large arrays to 16 bytes; a kernel's 64-byte vector loads and stores then
 straddle two cache lines each. Outputs, constants and tuning inputs are allocated here.
+
+Large ones are mapped from the system directly, page-aligned. numpy advises the kernel to
+back an array of 4 MiB or more with transparent huge pages; where the kernel compacts memory
+to find them when the array is first written, that first write takes several times as long
+as with the system's default pages, and it comes with every weight packed at compile time,
+every arena and every large output (bench/results/2026-11-29-results-in-place.md).
 """
 from __future__ import annotations
 
 import ctypes
 import math
+import mmap
 from typing import Any
 
 import numpy as np
 
 ALIGNMENT = 64
+
+#: Buffers of at least this many bytes are mapped directly (numpy's own threshold for its
+#: huge-page advice).
+MAPPED_BYTES = 4 << 20
+
+
+def raw_buffer(nbytes: int, alignment: int = ALIGNMENT, zeroed: bool = False) -> tuple[np.ndarray, int]:
+    """A byte array of at least ``nbytes`` and the ``alignment``-aligned address in it where
+    ``nbytes`` fit; zero-filled with ``zeroed`` (a mapped buffer always is)."""
+    if nbytes >= MAPPED_BYTES and mmap.PAGESIZE % alignment == 0:
+        mapped = mmap.mmap(-1, nbytes)
+        return np.frombuffer(mapped, np.uint8), ctypes.addressof(ctypes.c_char.from_buffer(mapped))
+    raw = (np.zeros if zeroed else np.empty)(nbytes + alignment, dtype=np.uint8)
+    # the address through a ctypes view of the (fresh, writable, never empty) buffer: a
+    # third of what ``raw.ctypes.data`` costs, which matters on a small graph's every call
+    address = ctypes.addressof(ctypes.c_char.from_buffer(raw))
+    start = -address % alignment
+    return raw[start:start + nbytes], address + start
 
 
 def aligned_empty(shape: tuple[int, ...] | list[int], dtype: Any, alignment: int = ALIGNMENT) -> np.ndarray:
@@ -25,12 +50,8 @@ def aligned_empty_at(shape: tuple[int, ...] | list[int], dtype: Any,
     (reading ``ctypes.data`` again costs as much as the allocation)."""
     dt = np.dtype(dtype)
     count = math.prod(int(d) for d in shape)
-    raw = np.empty(count * dt.itemsize + alignment, dtype=np.uint8)
-    # the address through a ctypes view of the (fresh, writable, never empty) buffer: a
-    # third of what ``raw.ctypes.data`` costs, which matters on a small graph's every call
-    address = ctypes.addressof(ctypes.c_char.from_buffer(raw))
-    start = -address % alignment
-    return np.ndarray(tuple(shape), dt, buffer=raw, offset=start), address + start
+    raw, address = raw_buffer(count * dt.itemsize, alignment)
+    return np.ndarray(tuple(shape), dt, buffer=raw), address
 
 
 def aligned_copy(a: np.ndarray, alignment: int = ALIGNMENT) -> np.ndarray:

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from taskloom.errors import AllocationError, TaskloomError
-from taskloom.runtime.aligned import ALIGNMENT, aligned_copy
+from taskloom.runtime.aligned import ALIGNMENT, aligned_copy, raw_buffer
 
 
 @dataclass(frozen=True)
@@ -73,13 +73,12 @@ class CpuDevice(Device):
 
     def allocate(self, nbytes: int, what: str, alignment: int = ALIGNMENT) -> Allocation:
         try:
-            raw = np.zeros(nbytes + alignment, np.uint8)
-        except (MemoryError, ValueError):
+            raw, address = raw_buffer(nbytes, alignment, zeroed=True)
+        except (MemoryError, ValueError, OverflowError, OSError):
             raise AllocationError(f"the compiled graph cannot allocate {what}: {nbytes:,} bytes do not fit in "
                                   "this machine's memory (compile smaller shapes, or run on a larger "
                                   "machine)") from None
-        start = -raw.ctypes.data % alignment
-        return Allocation(raw.ctypes.data + start, nbytes, raw[start:start + nbytes])
+        return Allocation(address, nbytes, raw)
 
     def upload(self, array: np.ndarray) -> Allocation:
         copy = aligned_copy(np.ascontiguousarray(array))

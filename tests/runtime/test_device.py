@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from taskloom.errors import AllocationError
+from taskloom.runtime.aligned import MAPPED_BYTES, aligned_empty_at
 from taskloom.runtime.device import CpuDevice, CudaDevice, pointer_table
 
 
@@ -16,6 +17,21 @@ def test_cpu_allocations_are_aligned_and_owned():
     block = cpu.allocate(1000, "a test arena", alignment=256)
     assert block.ptr % 256 == 0 and block.nbytes == 1000
     assert block.owner.ctypes.data == block.ptr and block.owner.nbytes == 1000
+
+
+@pytest.mark.parametrize("nbytes", [1000, MAPPED_BYTES + 12])
+def test_large_allocations_are_mapped_zeroed_and_owned(nbytes):
+    """Both ways an arena is allocated (numpy's, or mapped from the system past a size):
+    aligned, zeroed, writable, and kept alive by its owner."""
+    block = CpuDevice().allocate(nbytes, "a test arena")
+    assert block.ptr % 64 == 0 and block.owner.nbytes == nbytes and block.owner.ctypes.data == block.ptr
+    assert not block.owner.any() and block.owner.flags.writeable
+    block.owner[-1] = 7
+    assert ctypes.c_uint8.from_address(block.ptr + nbytes - 1).value == 7
+    out, address = aligned_empty_at((3, MAPPED_BYTES // 8 + 5), np.float32)
+    assert address % 64 == 0 and out.ctypes.data == address and out.flags.c_contiguous
+    out[...] = 2.0
+    assert float(out.sum()) == 2.0 * out.size
 
 
 def test_an_allocation_that_cannot_fit_names_what_it_was_for():

@@ -22,8 +22,9 @@ from taskloom.ir import expr as E
 from taskloom.ir import stmt as S
 from taskloom.ir.arith import simplify_expr
 from taskloom.ir.compute import Task, compute
-from taskloom.ir.dtypes import TensorType
+from taskloom.ir.dtypes import TensorType, index_type_for
 from taskloom.ir.functor import Rewriter, collect
+from taskloom.ir.index import max_elements
 
 PLACING_OPS = ("pad", "concat")
 
@@ -155,7 +156,9 @@ def write_into(fn: S.Function, param: int, shape: tuple[Any, ...], block: Block)
     declared = [_int(d) for d in old.type.shape]
     if declared == dims and _vectors_hold(fn.body, old, dims, host):
         mapper: _Shift = _Shift(old, host, block.offsets)
-    elif len(declared) == 1 and None not in dims[1:] and _runs_hold(fn, dims, host, block.offsets):
+    elif len(declared) == 1 and None not in dims[1:] and _runs_hold(fn, dims, host, block.offsets) \
+            and index_type_for(max_elements(host.shape)) == index_type_for(max_elements(old.type.shape)):
+        # (the kernel computes its flat offsets in the width its own output needs)
         mapper = _FlatShift(old, host, block.offsets, dims)
     else:
         return None

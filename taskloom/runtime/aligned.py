@@ -26,8 +26,8 @@ MAPPED_BYTES = 4 << 20
 
 
 def raw_buffer(nbytes: int, alignment: int = ALIGNMENT, zeroed: bool = False) -> tuple[np.ndarray, int]:
-    """A byte array of at least ``nbytes`` and the ``alignment``-aligned address in it where
-    ``nbytes`` fit; zero-filled with ``zeroed`` (a mapped buffer always is)."""
+    """A byte array of ``nbytes`` whose data starts ``alignment``-aligned, and that address;
+    zero-filled with ``zeroed`` (a mapped buffer always is)."""
     if nbytes >= MAPPED_BYTES and mmap.PAGESIZE % alignment == 0:
         mapped = mmap.mmap(-1, nbytes)
         return np.frombuffer(mapped, np.uint8), ctypes.addressof(ctypes.c_char.from_buffer(mapped))

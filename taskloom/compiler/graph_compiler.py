@@ -169,7 +169,7 @@ def _schedule_groups(graph: Graph, groups: list[FusedGroup], tgt: Target, tune: 
         for v in variants:
             outputs = [places.refs[id(t)] for t in group.outputs]
             if g in placings:  # a fill: each box a parameter, all the one result
-                outputs = outputs * sum(1 for p in v.fn.params if not isinstance(p.type, DataType))
+                outputs = outputs * len(v.fn.tensor_params)
             args = _arguments(v.fn, places, [places.ref_of(group.inputs[x]) if isinstance(x, int)
                                              else places.constant_ref(x, same_as=True) for x in v.inputs] + outputs)
             own = _sharing_memory(v.fn, args, len(outputs))
@@ -232,8 +232,7 @@ def _write_in_place(groups: list[FusedGroup], scheduled: dict[int, tuple[list[An
 
 def _placed(v: Any, outputs: int, k: int, shape: tuple[Any, ...], block: Block) -> Any:
     """Scheduled kernel ``v`` writing its output ``k`` (of ``outputs``) into ``block``; None if it cannot."""
-    tensors = sum(1 for p in v.fn.params if not isinstance(p.type, DataType))
-    fn = write_into(v.fn, tensors - outputs + k, shape, block)
+    fn = write_into(v.fn, len(v.fn.tensor_params) - outputs + k, shape, block)
     return None if fn is None else dataclasses.replace(v, fn=fn)
 
 
@@ -265,9 +264,8 @@ def _sharing_memory(fn: Any, args: tuple[Ref, ...], outputs: int) -> Any:
 def _arguments(fn: Any, places: "_Places", tensors: list[Ref]) -> tuple[Ref, ...]:
     """The launcher's arguments of kernel ``fn``: ``tensors`` for its tensor parameters in
     order, and for each size parameter the symbol of that name."""
-    params = [p for p in fn.params if not isinstance(p.type, DataType)]
-    if len(params) != len(tensors):
-        raise TaskloomError(f"kernel {fn.name} takes {len(params)} tensors; its group gives {len(tensors)}")
+    if len(fn.tensor_params) != len(tensors):
+        raise TaskloomError(f"kernel {fn.name} takes {len(fn.tensor_params)} tensors; its group gives {len(tensors)}")
     it = iter(tensors)
     return tuple(places.symbol_ref(p.name, fn.name) if isinstance(p.type, DataType) else next(it)
                  for p in fn.params)

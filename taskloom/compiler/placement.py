@@ -149,8 +149,9 @@ def write_into(fn: S.Function, param: int, shape: tuple[Any, ...], block: Block)
     a way this cannot follow. A parameter declared with ``shape`` maps index by index; one
     declared flat maps through the row-major index, which a kernel whose vectors run along
     rows of ``out_row`` elements (a contraction's) keeps within one contiguous run."""
-    tensors = [p for p in fn.params if isinstance(p.type, TensorType)]
-    old = tensors[param]
+    old = fn.tensor_params[param]
+    if not isinstance(old.type, TensorType):
+        return None  # (a pointer: no shape to shift in)
     host = block.host
     dims = [_int(d) for d in shape]
     declared = [_int(d) for d in old.type.shape]

@@ -233,6 +233,11 @@ class Function(Node):
     def attr(self, key: str, default: Any = None) -> Any:
         return dict(self.attrs).get(key, default)
 
+    @property
+    def tensor_params(self) -> tuple[Var, ...]:
+        """The parameters that are buffers (tensors, pointers), in order: the scalars left out."""
+        return tuple(p for p in self.params if not isinstance(p.type, DataType))
+
     def with_body(self, body: Stmt) -> Function:
         return Function(self.name, self.params, body, self.kind, self.attrs)
 

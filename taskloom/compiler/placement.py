@@ -24,7 +24,8 @@ from taskloom.ir.arith import simplify_expr
 from taskloom.ir.compute import Task, compute
 from taskloom.ir.dtypes import TensorType, index_type_for
 from taskloom.ir.functor import Rewriter, collect
-from taskloom.ir.index import max_elements
+from taskloom.ir.index import max_elements, row_major_offset, unravel
+from taskloom.ops.transform import pad_widths
 
 PLACING_OPS = ("pad", "concat")
 
@@ -111,14 +112,6 @@ def _placing(g: int, group: FusedGroup) -> Placing | None:
     return placing
 
 
-def pad_widths(pads: tuple[int, ...], ndim: int) -> tuple[list[int], list[int]]:
-    """A pad node's ``(before, after)`` pairs, listed from the last axis, as two lists per axis."""
-    before, after = [0] * ndim, [0] * ndim
-    for k in range(len(pads) // 2):
-        before[ndim - 1 - k], after[ndim - 1 - k] = pads[2 * k], pads[2 * k + 1]
-    return before, after
-
-
 def border_boxes(shape: tuple[Any, ...], before: list[int], after: list[int], base: tuple[int, ...]
                  ) -> list[tuple[tuple[int, ...], tuple[Any, ...]]]:
     """The border of a pad's result of ``shape`` at ``base`` as disjoint boxes: per padded
@@ -160,7 +153,7 @@ def write_into(fn: S.Function, param: int, shape: tuple[Any, ...], block: Block)
     elif len(declared) == 1 and None not in dims[1:] and _runs_hold(fn, dims, host, block.offsets) \
             and index_type_for(max_elements(host.shape)) == index_type_for(max_elements(old.type.shape)):
         # (the kernel computes its flat offsets in the width its own output needs)
-        mapper = _FlatShift(old, host, block.offsets, dims)
+        mapper = _FlatShift(old, host, block.offsets, tuple(shape))
     else:
         return None
     body = mapper.visit(fn.body)
@@ -254,21 +247,16 @@ class _FlatShift(_Shift):
     """The same for a parameter declared flat: an element's offset in the input, unravelled
     over the input's shape, shifted, and ravelled over the host's (flat too)."""
 
-    def __init__(self, old: E.Var, host: Tensor, offsets: tuple[int, ...], dims: list[Any]):
+    def __init__(self, old: E.Var, host: Tensor, offsets: tuple[int, ...], shape: tuple[Any, ...]):
         super().__init__(old, host, offsets)
-        self.dims = dims
-        self.host_dims = list(host.shape)
         self.new = E.Var(old.name, TensorType(old.type.dtype, (simplify_expr(E.as_expr(math.prod(
             E.as_expr(d) for d in host.shape))),)))
+        # the trailing axes the block spans whole as one: a run, one remainder to find in it
+        keep = len(shape) - _same_tail(list(shape), list(host.shape), offsets)
+        run = [math.prod(shape[keep:])] if keep < len(shape) else []
+        self.shape, self.host_shape = (*shape[:keep], *run), (*host.shape[:keep], *run)
+        self.offsets = (*offsets[:keep], *[0] * len(run))
 
     def index(self, idx: tuple[E.Expr, ...]) -> tuple[E.Expr, ...]:
-        (f,) = idx
-        dims, host = self.dims, self.host_dims
-        keep = len(dims) - _same_tail(dims, host, self.offsets)  # the axes the block spans whole
-        block = math.prod(dims[keep:])
-        out: E.Expr = f % block if keep < len(dims) else E.as_expr(0)
-        for d in range(keep):
-            inner = math.prod(dims[d + 1:])
-            i = f // inner if d == 0 else (f // inner) % dims[d]
-            out = out + (i + self.offsets[d]) * math.prod(host[d + 1:])
-        return (simplify_expr(out),)
+        shifted = [i + o if o else i for i, o in zip(unravel(idx[0], self.shape), self.offsets)]
+        return (simplify_expr(E.as_expr(row_major_offset(shifted, self.host_shape))),)

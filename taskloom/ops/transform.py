@@ -716,6 +716,15 @@ def _wrap_attr(wrap: bool) -> dict[str, bool]:
 
 # ----------------------------------------------------------------------------- pad / tile
 
+def pad_widths(pads: Sequence[int], ndim: int) -> tuple[list[int], list[int]]:
+    """:func:`pad`'s ``(before, after)`` pairs, listed from the last axis, as two lists in
+    axis order (0 for an axis not listed)."""
+    before, after = [0] * ndim, [0] * ndim
+    for k in range(len(pads) // 2):
+        before[ndim - 1 - k], after[ndim - 1 - k] = pads[2 * k], pads[2 * k + 1]
+    return before, after
+
+
 def pad(x: Any, pads: Sequence[int], value: float = 0.0) -> Tensor:
     """``x`` padded with ``value`` (``torch.nn.functional.pad`` in constant mode): ``pads``
     lists ``(before, after)`` pairs starting from the last dimension, so ``(1, 2)`` adds one
@@ -728,9 +737,7 @@ def pad(x: Any, pads: Sequence[int], value: float = 0.0) -> Tensor:
     if len(items) % 2 or len(items) > 2 * x.ndim:
         raise OpError(f"{op}(): 'pads'={items} must hold (before, after) pairs for at most {x.ndim} "
                       f"dimension(s): an even count up to {2 * x.ndim}")
-    before, after = [0] * x.ndim, [0] * x.ndim
-    for k in range(len(items) // 2):
-        before[x.ndim - 1 - k], after[x.ndim - 1 - k] = items[2 * k], items[2 * k + 1]
+    before, after = pad_widths(items, x.ndim)
     for d, (n, b, a) in enumerate(zip(x.shape, before, after)):
         if isinstance(n, int) and n + b + a < 0:  # (a symbolic size is not cropped here)
             raise OpError(f"{op}(): 'pads'={items} crops dimension {d} of size {n} to the "

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import math
+import time
 import warnings
 from typing import Any, Callable, Mapping, Sequence
 
@@ -23,6 +25,7 @@ from taskloom.schedule.cuda.matmul import choose_config as choose_simt
 from taskloom.schedule.cuda.mma_model import choose as choose_mma
 from taskloom.schedule.registry import Candidate, Scheduled
 from taskloom.schedule.templates.attention_cpu import choose_config as choose_attention_cpu
+from taskloom.schedule.templates.matmul_cpu import MatmulConfig
 from taskloom.schedule.select import find_candidate, schedule_kernel as schedule_with
 from taskloom.target.base import Target
 from taskloom.tune.model import best_config, candidates, predict, rank
@@ -119,13 +122,15 @@ CPU_VARIANT_GAIN = 0.10
 
 
 def schedule_variants(task: Task, target: Target, points: Sequence[Mapping[str, int]], name: str,
-                      constants: Mapping[int, np.ndarray] | None = None,
-                      weights_stream: bool = False) -> tuple[list[Scheduled], list[int]]:
+                      constants: Mapping[int, np.ndarray] | None = None, weights_stream: bool = False,
+                      tune: int = 0, deadline: float | None = None) -> tuple[list[Scheduled], list[int]]:
     """The kernels of a ``task`` with symbolic sizes, and which of them serves each sample
     point of its symbols (:mod:`taskloom.compiler.dynamic`): for the CPU matmul template, one
-    variant per config the analytic model chooses over the points; for the CPU attention
-    template, one per block shape the points' query counts take; for anything else, one
-    kernel for all. Variants after the first are named ``<name>_v1``, ``<name>_v2``."""
+    variant per config chosen over the points (:func:`_point_configs`: the analytic model's,
+    or the fastest a point's records hold, measured there at ``tune`` > 0 before
+    ``deadline``); for the CPU attention template, one per block shape the points' query
+    counts take; for anything else, one kernel for all. Variants after the first are named
+    ``<name>_v1``, ``<name>_v2``."""
     from taskloom.compiler.dynamic import choose_variants, evaluate
     found = find_candidate(task, target, constants, weights_stream)
     if found is not None and found.template == "attention_cpu":
@@ -133,32 +138,99 @@ def schedule_variants(task: Task, target: Target, points: Sequence[Mapping[str, 
         kept, table = choose_variants([choose_attention_cpu(att, target, evaluate((att.L,), p)[0]) for p in points])
         return [found.build(c, name if k == 0 else f"{name}_v{k}") for k, c in enumerate(kept)], table
     if found is not None and found.template == "matmul_mma" and not found.tunable.static:  # type: ignore[attr-defined]
+        if tune > 0:
+            warnings.warn(f"tune={tune}: the tensor-core template's variants for symbolic sizes take the GPU "
+                          "model's configs at the sample points; they are not tuned by measurement",
+                          RuntimeWarning, stacklevel=3)
         return _mma_variants(found, target, points, name)
     if found is None or found.template != "matmul_cpu" or found.tunable.con.static:  # type: ignore[attr-defined]
-        return [schedule_kernel(task, target, name, 0, None, constants, weights_stream)], [0] * len(points)
+        return [schedule_kernel(task, target, name, tune, deadline, constants, weights_stream)], [0] * len(points)
     t = found.tunable  # type: ignore[attr-defined]
     # past a few thousand rows every size takes the same config, and the model's cost grows with the size
     shapes = [tuple(min(d, LARGEST_SAMPLE) for d in evaluate(t.con.shape, p)) for p in points]
-    configs = [_model_config(shape, target, t.pack, t.a_stride) for shape in shapes]
-
-    def cost(k: int, c: Any) -> float:
-        return _predicted(shapes[k], c, target, t.pack, t.a_stride)
+    configs, cost, widest = _point_configs(found, target, points, shapes, tune, deadline)
     kept, table = choose_variants(configs, cost, CPU_VARIANT_GAIN)
     if t.workload.endswith("/prepacked") and len({c.nv for c in kept}) > 1:
         # B is a weight packed in panels as wide as the tile: so that it is packed once, not
         # once per variant, every variant takes one width, the one predicted to lose least
         def at_width(nv: int) -> list[Any]:
-            return [c if c.nv == nv else _model_config(s, target, t.pack, t.a_stride, nv)
-                    for c, s in zip(configs, shapes)]
+            return [c if c.nv == nv else widest(k, nv) for k, c in enumerate(configs)]
 
         def loss(nv: int) -> float:
             return sum(math.log(cost(k, c) / cost(k, best)) for k, (c, best) in enumerate(zip(at_width(nv), configs)))
         width = min(sorted({c.nv for c in configs}), key=loss)
         kept, table = choose_variants(at_width(width), cost, CPU_VARIANT_GAIN)
     if not isinstance(t.con.shape[1], int):  # a variant serving a few rows computes none past M
-        few = {table[k] for k, s in enumerate(shapes) if s[1] <= FEW_ROWS_TILES * kept[table[k]].mr}
-        kept = [dataclasses.replace(c, exact_rows=True) if v in few and c.mr > 1 else c for v, c in enumerate(kept)]
+        few = {table[k] for k, s in enumerate(shapes) if _few_rows(s, kept[table[k]])}
+        kept = [dataclasses.replace(c, exact_rows=True) if v in few else c for v, c in enumerate(kept)]
     return [found.build(c, name if k == 0 else f"{name}_v{k}") for k, c in enumerate(kept)], table
+
+
+def _few_rows(shape: tuple[int, ...], config: Any) -> bool:
+    """Whether a config serving ``shape`` gets a micro-kernel for each count of last rows."""
+    return shape[1] <= FEW_ROWS_TILES * config.mr and config.mr > 1
+
+
+def _point_configs(found: Candidate, target: Target, points: Sequence[Mapping[str, int]],
+                   shapes: list[tuple[int, ...]], tune: int, deadline: float | None
+                   ) -> tuple[list[Any], Callable[[int, Any], float], Callable[[int, int], Any]]:
+    """For a symbolic matmul's sample ``points`` (sized ``shapes``, capped): the config at
+    each, a config's seconds there, and a point's best config ``nv`` vectors wide.
+
+    Each point's shape has a record key of its own (:func:`point_workload`). At ``tune`` > 0
+    the points whose symbols give that shape exactly are tuned there first, the kernel that
+    will run timed with its sizes bound (:func:`~taskloom.compiler.dynamic.bind_sizes`); the
+    time left before ``deadline`` is shared out among them. A point with records takes the
+    fastest (so a later ``tune=0`` compile reuses them, measuring nothing), and a config's
+    seconds there are the measured ones, or the model's scaled by how the point's fastest
+    measured against its prediction; a point without takes the analytic model's choice."""
+    from taskloom.compiler.dynamic import bind_sizes, evaluate
+    from taskloom.tune.records import Records
+    t = found.tunable  # type: ignore[attr-defined]
+    keys = [point_workload(t.workload, s) for s in shapes]
+    records, tkey = Records.default(), target.key()
+    if tune > 0:
+        exact: dict[str, int] = {}  # each key's first point whose symbols give its shape exactly
+        for k, p in enumerate(points):
+            if evaluate(t.con.shape, p) == shapes[k]:
+                exact.setdefault(keys[k], k)
+        for i, k in enumerate(exact.values()):
+            share = None if deadline is None else time.monotonic() + (deadline - time.monotonic()) / (len(exact) - i)
+
+            def kernel(c: Any, k: int = k) -> S.Function:
+                return bind_sizes(t.kernel(dataclasses.replace(c, exact_rows=_few_rows(shapes[k], c))), points[k])
+
+            def args(c: Any, k: int = k) -> list[tuple[tuple[int, ...], str]]:
+                return [(p.type.static_shape(), p.type.dtype.name) for p in kernel(c, k).tensor_params]
+            tune_matmul(shapes[k], target, level=tune, records=records, kernel=kernel, args=args, workload=keys[k],
+                        pack=t.pack, deadline=share, a_stride=t.a_stride)
+    found_now = records.results_of(keys, tkey)
+    timed = [{MatmulConfig.from_dict(json.loads(c)): s for c, (s, _) in found_now[key].items() if s is not None}
+             for key in keys]
+    configs = [min(timed[k], key=timed[k].get) if timed[k] else _model_config(s, target, t.pack, t.a_stride)
+               for k, s in enumerate(shapes)]
+
+    def predicted(k: int, c: Any) -> float:
+        return _predicted(shapes[k], c, target, t.pack, t.a_stride)
+
+    def cost(k: int, c: Any) -> float:
+        if c in timed[k]:
+            return timed[k][c]
+        return predicted(k, c) * (timed[k][configs[k]] / predicted(k, configs[k]) if timed[k] else 1.0)
+
+    def widest(k: int, nv: int) -> Any:
+        wide = [c for c in timed[k] if c.nv == nv]
+        return min(wide, key=timed[k].get) if wide else _model_config(shapes[k], target, t.pack, t.a_stride, nv)
+    return configs, cost, widest
+
+
+def point_workload(workload: str, shape: tuple[int, ...]) -> str:
+    """The record key of a symbolic matmul's ``workload`` at a sample point of ``shape``:
+    the shape written where a static product's key has its own
+    (``matmul_cpu/1x64x768x768/packcopy+copy/<digest>``; the digest, of the symbolic
+    expressions, keeps it apart from a static product's)."""
+    parts = workload.split("/")
+    return "/".join([parts[0], "x".join(str(d) for d in shape), *parts[2:]])
 
 
 def _mma_variants(found: Candidate, target: Target, points: Sequence[Mapping[str, int]],

@@ -20,8 +20,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 from taskloom.graph.graph import Graph, GraphError
 from taskloom.ir import expr as E
+from taskloom.ir import stmt as S
 from taskloom.ir.arith import simplify_expr
-from taskloom.ir.functor import substitute
+from taskloom.ir.dtypes import DataType, TensorType
+from taskloom.ir.functor import Substituter, substitute
 from taskloom.ir.printer import expr_text
 
 #: The range a symbol takes when the compile declares none.
@@ -108,6 +110,28 @@ def evaluate(shape: Sequence[Any], point: Mapping[str, int]) -> tuple[int, ...]:
             d = d.value
         out.append(int(d))
     return tuple(out)
+
+
+def bind_sizes(fn: S.Function, point: Mapping[str, int]) -> S.Function:
+    """Kernel ``fn`` for symbolic sizes with its size parameters named in ``point`` fixed to
+    those values: the same code as a kernel of static shapes, which tuning can time at a
+    sample point (every tensor's shape then follows from the values)."""
+    bound = {p: E.Constant(point[p.name], p.type) for p in fn.params
+             if isinstance(p.type, DataType) and p.name in point}
+    fix = _Bind(bound)
+    params = tuple(fix.visit(p) for p in fn.params if p not in bound)
+    return S.Function(fn.name, params, fix.visit(fn.body), fn.kind, fn.attrs)
+
+
+class _Bind(Substituter):
+    """Sizes given values, the shapes of tensors folded to the constants a static kernel's hold."""
+
+    def visit_type(self, t: Any) -> Any:
+        t = super().visit_type(t)
+        if isinstance(t, TensorType):
+            shape = tuple(simplify_expr(d) for d in t.shape)
+            return t if all(a is b for a, b in zip(shape, t.shape)) else TensorType(t.dtype, shape)
+        return t
 
 
 def choose_variants(configs: Sequence[Any], cost: Callable[[int, Any], float] | None = None,

@@ -195,7 +195,7 @@ def _variants(g: int, group: FusedGroup, tasks_left: int, constants: set[int], t
     known = {k: t.numpy() for k, t in enumerate(group.inputs) if id(t) in constants}
     name = f"k{g}_{group.name}"
     if points and group.task.symbols():
-        return schedule_variants(group.task, tgt, points, name, known, weights_stream)
+        return schedule_variants(group.task, tgt, points, name, known, weights_stream, tune, deadline)
     return [schedule_kernel(group.task, tgt, name=name, tune=tune, deadline=deadline,
                             constants=known, weights_stream=weights_stream)], []
 

@@ -38,7 +38,7 @@ import time
 import uuid
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 from taskloom.backend.cache import BuildCache
 from taskloom.errors import LoadError, TaskloomError
@@ -207,6 +207,19 @@ class Records:
                               (workload, target)).fetchall()
         return {config: (seconds, error) for config, seconds, error in rows
                 if self._usable(workload, target, config) is not None}
+
+    def results_of(self, workloads: Sequence[str], target: str) -> dict[str, dict[str, tuple[float | None, str | None]]]:
+        """:meth:`results` of each of ``workloads`` (one query for all: a symbolic product asks
+        for the records of each of its sample points at every compile)."""
+        keys = list(dict.fromkeys(workloads))
+        out: dict[str, dict[str, tuple[float | None, str | None]]] = {w: {} for w in keys}
+        with self._connect() as db:
+            rows = db.execute(f"SELECT workload, config, seconds, error FROM records WHERE target = ? AND workload IN "
+                              f"({', '.join('?' * len(keys))})", (target, *keys)).fetchall() if keys else []
+        for workload, config, seconds, error in rows:
+            if self._usable(workload, target, config) is not None:
+                out[workload][config] = (seconds, error)
+        return out
 
     def records(self, workload: str | None = None, target: str | None = None) -> list[Record]:
         """Every record, or those of ``workload`` and/or ``target``, oldest first; records

@@ -9,12 +9,17 @@ import taskloom
 from taskloom import ops
 from taskloom.backend.launcher import Call, Dispatch, Ref, launcher_source
 from taskloom.compiler import dynamic
+from taskloom.compiler.drivers import schedule_kernel
 from taskloom.compiler.dynamic import choose_variants, ladder
+from taskloom.compiler.passes import optimize
 from taskloom.errors import ArgumentError
 from taskloom.graph import Graph
+from taskloom.graph.fusion import fuse_graph
 from taskloom.graph.graph import GraphError
 from taskloom.graph.tensor import Tensor, symbol
 from taskloom.ir import dtypes as T
+from taskloom.schedule.select import find_candidate
+from taskloom.target import host_target
 
 RNG = np.random.default_rng(7)
 W = (RNG.standard_normal((48, 32)) * 0.2).astype(np.float32)
@@ -261,3 +266,73 @@ def test_exact_last_rows_carry_the_fused_epilogue_at_every_count():
     for n in range(1, 30):
         xv, rv = RNG.standard_normal((n, 1024)).astype(np.float32), RNG.standard_normal((n, 40)).astype(np.float32)
         np.testing.assert_allclose(compiled(xv, rv), np.maximum(xv @ w.T + b + rv, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_a_kernel_bound_at_a_point_is_the_static_kernel_of_that_shape():
+    """``bind_sizes`` fixes a symbolic kernel's size parameters: what is left are tensors of
+    static shapes, and no symbol remains in the code (the notes keep the shape it was made for)."""
+    from taskloom.compiler.dynamic import bind_sizes
+    from taskloom.ir.expr import Var
+    from taskloom.ir.functor import collect
+    rows = symbol("rows")
+    x = Tensor((rows, 256), T.float32, name="x")
+    w = (RNG.standard_normal((512, 256)) * 0.05).astype(np.float32)
+    (group,) = fuse_graph(optimize(Graph([x], [ops.relu(ops.linear(x, taskloom.asarray(w)))])))
+    fn = schedule_kernel(group.task, host_target()).fn
+    assert any(p.name == "rows" for p in fn.params)
+    bound = bind_sizes(fn, {"rows": 21})
+    assert [p.type.static_shape() for p in bound.params] == [(21 * 256,), (512 * 256,), (21 * 512,)]
+    assert "rows" not in {v.name for v in collect(bound.body, Var)}
+
+
+def test_tuning_a_symbolic_product_measures_each_sample_point_and_records_it(tmp_path, monkeypatch):
+    """At ``tune=1`` a matmul with symbolic rows is timed at each sample point (its own
+    kernel, sizes bound, exact last rows where they will run), under a record key per point;
+    each point's variant is the config measured fastest there. A later ``tune=0`` compile
+    reads the records, measuring nothing, and picks the same."""
+    from taskloom.compiler import drivers
+    from taskloom.schedule.templates.matmul_cpu import MatmulConfig
+    from taskloom.tune import Measurement, Records, tuner
+    monkeypatch.setenv("TASKLOOM_CACHE_DIR", str(tmp_path))
+    timed = []
+
+    def fake(functions, args, target, *, on_result=None, args_each=None, **kw):
+        out = []
+        for i, fn in enumerate(functions):
+            specs = args_each[i] if args_each is not None else args
+            assert [s for s, _ in specs] == [p.type.static_shape() for p in fn.tensor_params]
+            assert len(fn.params) == len(specs)  # no size parameter left
+            config = fn.attr("config")
+            mr, nv = map(int, config.split(",")[0].removeprefix("tile ").rstrip("v").split("x"))
+            timed.append((specs[0][0][0] // 256, config))
+            # small tiles win, each by 2x or more; between equal tiles, the text decides
+            out.append(Measurement(1e-3 * 2.0 ** (mr * nv) * (1 + sum(map(ord, config)) * 1e-6)))
+            if on_result is not None:
+                on_result(i, out[-1])
+        return out
+    monkeypatch.setattr(tuner, "measure", fake)
+    rows = symbol("rows")
+    x = Tensor((rows, 256), T.float32, name="x")
+    w = (RNG.standard_normal((512, 256)) * 0.05).astype(np.float32)
+    graph = Graph([x], [ops.relu(ops.linear(x, taskloom.asarray(w)))])
+    compiled = taskloom.compile(graph, tune=1, dynamic={"rows": (1, 64)})
+    assert {n for n, _ in timed} == {1, 8, 64}
+    assert any("exact last rows" in c for n, c in timed if n == 8)
+    optimized = optimize(graph)
+    (group,) = fuse_graph(optimized)
+    weights = {id(c) for c in optimized.constants}
+    found = find_candidate(group.task, host_target(), {k: t.numpy() for k, t in enumerate(group.inputs)
+                                                         if id(t) in weights})
+    points = dynamic.sample_points({"rows": (1, 64)})
+    (table,) = compiled.meta["dynamic"]["variants"] or [[0] * len(points)]
+    schedules = compiled.meta["kernels"][0]["schedule"].split("; ")
+    for k, p in enumerate(points):
+        key = drivers.point_workload(found.tunable.workload, (1, p["rows"], 512, 256))
+        best = MatmulConfig.from_dict(Records.default().best(key, host_target().key()))
+        assert f": {best}" in schedules[table[k]]
+    for n in (1, 5, 8, 13, 64):
+        v = RNG.standard_normal((n, 256)).astype(np.float32)
+        np.testing.assert_allclose(compiled(v), np.maximum(v @ w.T, 0), rtol=1e-4, atol=1e-4)
+    timed.clear()
+    again = taskloom.compile(graph, dynamic={"rows": (1, 64)})
+    assert timed == [] and again.meta["kernels"][0]["schedule"] == compiled.meta["kernels"][0]["schedule"]

@@ -39,6 +39,15 @@ def test_add_best_and_results(records):
     }
 
 
+def test_results_of_several_workloads_at_once(records):
+    records.add("matmul", CPU, {"mr": 4}, 2e-3)
+    records.add("matmul", "x86_64-other", {"mr": 2}, 1e-6)
+    records.add("conv", CPU, {"mr": 6}, None, "timeout after 10s")
+    assert records.results_of(["matmul", "conv", "absent", "matmul"], CPU) == {
+        "matmul": records.results("matmul", CPU), "conv": records.results("conv", CPU), "absent": {}}
+    assert records.results_of([], CPU) == {}
+
+
 def test_adding_again_replaces(records):
     records.add("matmul", CPU, {"mr": 8}, 1e-3)
     records.add("matmul", CPU, {"mr": 4}, 2e-3)

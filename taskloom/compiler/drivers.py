@@ -178,32 +178,18 @@ def _point_configs(found: Candidate, target: Target, points: Sequence[Mapping[st
     each, a config's seconds there, and a point's best config ``nv`` vectors wide.
 
     Each point's shape has a record key of its own (:func:`point_workload`). At ``tune`` > 0
-    the points whose symbols give that shape exactly are tuned there first, the kernel that
-    will run timed with its sizes bound (:func:`~taskloom.compiler.dynamic.bind_sizes`); the
-    time left before ``deadline`` is shared out among them. A point with records takes the
-    fastest (so a later ``tune=0`` compile reuses them, measuring nothing), and a config's
-    seconds there are the measured ones, or the model's scaled by how the point's fastest
-    measured against its prediction; a point without takes the analytic model's choice."""
-    from taskloom.compiler.dynamic import bind_sizes, evaluate
+    the points are tuned there first (:func:`_tune_points`), the kernel that will run timed
+    with its sizes bound (:func:`~taskloom.compiler.dynamic.bind_sizes`). A point with
+    records takes the fastest (so a later ``tune=0`` compile reuses them, measuring
+    nothing), and a config's seconds there are the measured ones, or the model's scaled by
+    how the point's fastest measured against its prediction; a point without records takes
+    the analytic model's choice."""
     from taskloom.tune.records import Records
     t = found.tunable  # type: ignore[attr-defined]
     keys = [point_workload(t.workload, s) for s in shapes]
     records, tkey = Records.default(), target.key()
     if tune > 0:
-        exact: dict[str, int] = {}  # each key's first point whose symbols give its shape exactly
-        for k, p in enumerate(points):
-            if evaluate(t.con.shape, p) == shapes[k]:
-                exact.setdefault(keys[k], k)
-        for i, k in enumerate(exact.values()):
-            share = None if deadline is None else time.monotonic() + (deadline - time.monotonic()) / (len(exact) - i)
-
-            def kernel(c: Any, k: int = k) -> S.Function:
-                return bind_sizes(t.kernel(dataclasses.replace(c, exact_rows=_few_rows(shapes[k], c))), points[k])
-
-            def args(c: Any, k: int = k) -> list[tuple[tuple[int, ...], str]]:
-                return [(p.type.static_shape(), p.type.dtype.name) for p in kernel(c, k).tensor_params]
-            tune_matmul(shapes[k], target, level=tune, records=records, kernel=kernel, args=args, workload=keys[k],
-                        pack=t.pack, deadline=share, a_stride=t.a_stride)
+        _tune_points(t, target, points, shapes, keys, records, tune, deadline)
     found_now = records.results_of(keys, tkey)
     timed = [{MatmulConfig.from_dict(json.loads(c)): s for c, (s, _) in found_now[key].items() if s is not None}
              for key in keys]
@@ -222,6 +208,28 @@ def _point_configs(found: Candidate, target: Target, points: Sequence[Mapping[st
         wide = [c for c in timed[k] if c.nv == nv]
         return min(wide, key=timed[k].get) if wide else _model_config(shapes[k], target, t.pack, t.a_stride, nv)
     return configs, cost, widest
+
+
+def _tune_points(t: Any, target: Target, points: Sequence[Mapping[str, int]], shapes: list[tuple[int, ...]],
+                 keys: list[str], records: Any, tune: int, deadline: float | None) -> None:
+    """Tunes a symbolic matmul (its :class:`~taskloom.schedule.cpu.Tunable` ``t``) at each
+    record key's first point whose symbols give its shape exactly (a capped shape may have
+    none), sharing out the time left before ``deadline``; results go to ``records``."""
+    from taskloom.compiler.dynamic import bind_sizes, evaluate
+    exact: dict[str, int] = {}
+    for k, p in enumerate(points):
+        if evaluate(t.con.shape, p) == shapes[k]:
+            exact.setdefault(keys[k], k)
+    for i, k in enumerate(exact.values()):
+        share = None if deadline is None else time.monotonic() + (deadline - time.monotonic()) / (len(exact) - i)
+
+        def kernel(c: Any, k: int = k) -> S.Function:
+            return bind_sizes(t.kernel(dataclasses.replace(c, exact_rows=_few_rows(shapes[k], c))), points[k])
+
+        def args(c: Any, k: int = k) -> list[tuple[tuple[int, ...], str]]:
+            return [(p.type.static_shape(), p.type.dtype.name) for p in kernel(c, k).tensor_params]
+        tune_matmul(shapes[k], target, level=tune, records=records, kernel=kernel, args=args, workload=keys[k],
+                    pack=t.pack, deadline=share, a_stride=t.a_stride)
 
 
 def point_workload(workload: str, shape: tuple[int, ...]) -> str:

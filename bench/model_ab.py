@@ -10,18 +10,22 @@ drift hits both. ``--switch`` picks what differs:
 - ``attention``: the CPU attention template withdrawn (the chain of matmuls and a softmax,
   the scores stored), then offered (attention in one kernel);
 - ``merge-products``: an attention's query, key and value projections three products,
-  then one (``compiler.passes.sibling_products``).
+  then one (``compiler.passes.sibling_products``);
+- ``streamed-b``: the analytic model told a weight comes from wherever it fits, then that
+  a graph whose weights stream reads each from memory (``Tunable.b_streams``).
 
     python bench/model_ab.py --switch prefetch resnet50 bert --rounds 10
     python bench/model_ab.py --switch k-block matmul:512,512,512 --rounds 15
     python bench/model_ab.py --switch attention bert gpt2 --seq 384
     python bench/model_ab.py --switch merge-products bert --seq 7
+    python bench/model_ab.py --switch streamed-b bert --batch 4 --seq 7
 
 A model is a name of ``taskloom bench model``'s zoo, or ``matmul:M,N,K`` for one product.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
 from typing import Any
@@ -36,7 +40,7 @@ from taskloom.bench.peers import first_output
 from taskloom.bench.timing import machine, time_rounds
 from taskloom.ir.index import round_up
 from taskloom.compiler import drivers
-from taskloom.schedule import contraction, registry
+from taskloom.schedule import contraction, cpu, registry
 from taskloom.schedule.templates import matmul_cpu
 
 
@@ -60,6 +64,15 @@ def _attention(on: bool) -> Any:
     return mock.patch.dict(registry._TEMPLATES, {"cpu": kept})
 
 
+def _streamed_b(on: bool) -> Any:
+    real = cpu.tunable
+
+    def tunable(*args: Any, **kwargs: Any) -> Any:
+        t = real(*args, **kwargs)
+        return t if on else dataclasses.replace(t, b_streams=False)
+    return mock.patch("taskloom.schedule.cpu.tunable", tunable)
+
+
 def _merge_products(on: bool) -> Any:
     return mock.patch.dict("os.environ", {"TASKLOOM_MERGE_PRODUCTS": "1" if on else "0"})
 
@@ -69,7 +82,8 @@ SWITCHES = {"prefetch": (_prefetch, ("not prefetched", "prefetched")),
             "a-in-place": (_a_in_place, ("A packed", "A in place")),
             "k-block": (_k_block, ("K blocks of kc", "K blocks evened out")),
             "attention": (_attention, ("attention unfused", "attention fused")),
-            "merge-products": (_merge_products, ("three projections", "one product"))}
+            "merge-products": (_merge_products, ("three projections", "one product")),
+            "streamed-b": (_streamed_b, ("weights priced from L3", "streamed weights from memory"))}
 
 
 def _subject(name: str, args: argparse.Namespace) -> tuple[tuple[Any, ...], list[np.ndarray]]:

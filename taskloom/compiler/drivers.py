@@ -37,15 +37,15 @@ def _matmul_cpu_config(found: Candidate, target: Target, tune: int, deadline: fl
     shape = t.con.hint
     if tune == 0 and t.con.static:
         best = recorded_config(shape, target, workload=t.workload)
-        return best if best is not None else best_config(shape, target, t.pack, t.a_stride)
+        return best if best is not None else best_config(shape, target, t.pack, t.a_stride, t.b_streams)
     if not t.con.timeable:  # symbolic sizes: the model's choice for the representative sizes
         if tune > 0:
             warnings.warn(f"tune={tune}: a kernel with symbolic sizes (its product {t.con.shape}) takes the analytic "
                           f"model's config for {shape}; it is not tuned by measurement", RuntimeWarning,
                           stacklevel=3)
-        return best_config(shape, target, t.pack, t.a_stride)
+        return best_config(shape, target, t.pack, t.a_stride, t.b_streams)
     return tune_matmul(shape, target, level=tune, kernel=t.kernel, args=t.args, workload=t.workload,
-                       pack=t.pack, deadline=deadline, a_stride=t.a_stride)
+                       pack=t.pack, deadline=deadline, a_stride=t.a_stride, b_streams=t.b_streams)
 
 
 def _cuda_config(choose: Callable[[Any, Any], Any]) -> Callable[[Candidate, Target, int, "float | None"], Any]:
@@ -101,7 +101,7 @@ def choose_config(found: Candidate, target: Target, tune: int = 0, deadline: flo
 
 def schedule_kernel(task: Task, target: Target, name: str | None = None, tune: int = 0,
                     deadline: float | None = None, constants: Mapping[int, np.ndarray] | None = None,
-                    weights_stream: bool = False) -> Scheduled:
+                    weights_stream: bool | str = False) -> Scheduled:
     """The kernel of ``task`` on ``target`` with its config chosen at level ``tune``
     (see :func:`taskloom.schedule.select.schedule_kernel` for ``constants`` and
     ``weights_stream``)."""
@@ -122,7 +122,7 @@ CPU_VARIANT_GAIN = 0.10
 
 
 def schedule_variants(task: Task, target: Target, points: Sequence[Mapping[str, int]], name: str,
-                      constants: Mapping[int, np.ndarray] | None = None, weights_stream: bool = False,
+                      constants: Mapping[int, np.ndarray] | None = None, weights_stream: bool | str = False,
                       tune: int = 0, deadline: float | None = None) -> tuple[list[Scheduled], list[int]]:
     """The kernels of a ``task`` with symbolic sizes, and which of them serves each sample
     point of its symbols (:mod:`taskloom.compiler.dynamic`): for the CPU matmul template, one
@@ -193,11 +193,11 @@ def _point_configs(found: Candidate, target: Target, points: Sequence[Mapping[st
     found_now = records.results_of(keys, tkey)
     timed = [{MatmulConfig.from_dict(json.loads(c)): s for c, (s, _) in found_now[key].items() if s is not None}
              for key in keys]
-    configs = [min(timed[k], key=timed[k].get) if timed[k] else _model_config(s, target, t.pack, t.a_stride)
-               for k, s in enumerate(shapes)]
+    configs = [min(timed[k], key=timed[k].get) if timed[k]
+               else _model_config(s, target, t.pack, t.a_stride, None, t.b_streams) for k, s in enumerate(shapes)]
 
     def predicted(k: int, c: Any) -> float:
-        return _predicted(shapes[k], c, target, t.pack, t.a_stride)
+        return _predicted(shapes[k], c, target, t.pack, t.a_stride, t.b_streams)
 
     def cost(k: int, c: Any) -> float:
         if c in timed[k]:
@@ -206,7 +206,9 @@ def _point_configs(found: Candidate, target: Target, points: Sequence[Mapping[st
 
     def widest(k: int, nv: int) -> Any:
         wide = [c for c in timed[k] if c.nv == nv]
-        return min(wide, key=timed[k].get) if wide else _model_config(shapes[k], target, t.pack, t.a_stride, nv)
+        if wide:
+            return min(wide, key=timed[k].get)
+        return _model_config(shapes[k], target, t.pack, t.a_stride, nv, t.b_streams)
     return configs, cost, widest
 
 
@@ -229,7 +231,7 @@ def _tune_points(t: Any, target: Target, points: Sequence[Mapping[str, int]], sh
         def args(c: Any, k: int = k) -> list[tuple[tuple[int, ...], str]]:
             return [(p.type.static_shape(), p.type.dtype.name) for p in kernel(c, k).tensor_params]
         tune_matmul(shapes[k], target, level=tune, records=records, kernel=kernel, args=args, workload=keys[k],
-                    pack=t.pack, deadline=share, a_stride=t.a_stride)
+                    pack=t.pack, deadline=share, a_stride=t.a_stride, b_streams=t.b_streams)
 
 
 def point_workload(workload: str, shape: tuple[int, ...]) -> str:
@@ -257,21 +259,22 @@ def _mma_variants(found: Candidate, target: Target, points: Sequence[Mapping[str
 
 @functools.lru_cache(maxsize=4096)
 def _model_config(shape: tuple[int, ...], target: Target, pack: tuple[float, float], a_stride: int,
-                  nv: int | None = None) -> Any:
+                  nv: int | None = None, b_streams: bool = False) -> Any:
     """The analytic model's config for a shape (a dynamic graph asks for many, often again);
     with ``nv``, its best among the configs whose tiles are ``nv`` vectors wide (only those
     ranked: the model's time for the others was most of a dynamic compile's choosing)."""
     if nv is None:
-        return best_config(shape, target, pack, a_stride)
+        return best_config(shape, target, pack, a_stride, b_streams)
     wide = [c for c in candidates(shape, target) if c.nv == nv]
-    ranked = rank(shape, target, wide, pack=pack, a_stride=a_stride) if wide else []
-    return ranked[0][0] if ranked else best_config(shape, target, pack, a_stride)
+    ranked = rank(shape, target, wide, pack=pack, a_stride=a_stride, b_streams=b_streams) if wide else []
+    return ranked[0][0] if ranked else best_config(shape, target, pack, a_stride, b_streams)
 
 
 @functools.lru_cache(maxsize=16384)
-def _predicted(shape: tuple[int, ...], config: Any, target: Target, pack: tuple[float, float], a_stride: int) -> float:
+def _predicted(shape: tuple[int, ...], config: Any, target: Target, pack: tuple[float, float], a_stride: int,
+               b_streams: bool = False) -> float:
     """The analytic model's seconds for ``config`` at ``shape``."""
-    return predict(shape, config, target, pack=pack, a_stride=a_stride).seconds
+    return predict(shape, config, target, pack=pack, a_stride=a_stride, b_streams=b_streams).seconds
 
 
 def schedule(task: Task, target: Target, name: str | None = None, tune: int = 0,

@@ -84,8 +84,11 @@ def compile_graph(graph: Graph, target: Target | str | None = None, *, tune: int
     groups = fuse_graph(graph) if fuse else [FusedGroup.single(n) for n in graph.nodes]
     timings["fusion"] = time.perf_counter() - phase
 
-    # whether each kernel's weight comes from memory on every call (the target decides)
-    weights_stream = tgt.streams_weights(sum(_nbytes(c) for c in graph.constants))
+    # whether each kernel's weight comes from beyond the caches on every call (the target
+    # decides): True, the kernels prefetch them; "memory", from memory too, which the
+    # analytic model then prices
+    weight_bytes = sum(_nbytes(c) for c in graph.constants)
+    weights_stream = tgt.streams_weights(weight_bytes) and ("memory" if tgt.weights_outgrow_l3(weight_bytes) else True)
     phase = time.perf_counter()
     points = sample_points(symbols) if symbols else []
     functions, calls, kernels, choices, places = _schedule_groups(
@@ -137,7 +140,7 @@ def _passes(graph: Graph, tgt: Target, optimize: bool, relayout: bool) -> Graph:
 
 
 def _schedule_groups(graph: Graph, groups: list[FusedGroup], tgt: Target, tune: int, clock: Budget | None,
-                     weights_stream: bool, points: list[dict[str, int]], symbols: list[str]
+                     weights_stream: bool | str, points: list[dict[str, int]], symbols: list[str]
                      ) -> tuple[list[Any], list[Call | Dispatch], list[dict[str, Any]], list[list[int]], "_Places"]:
     """Each group's kernel (a symbolic template kernel's variants, at the sample ``points``),
     the launcher's call of it, what ``meta["kernels"]`` says of it, per kernel built in
@@ -188,7 +191,8 @@ def _schedule_groups(graph: Graph, groups: list[FusedGroup], tgt: Target, tune: 
 
 
 def _variants(g: int, group: FusedGroup, tasks_left: int, constants: set[int], tgt: Target, tune: int,
-              clock: Budget | None, weights_stream: bool, points: list[dict[str, int]]) -> tuple[list[Any], list[int]]:
+              clock: Budget | None, weights_stream: bool | str,
+              points: list[dict[str, int]]) -> tuple[list[Any], list[int]]:
     """A group's kernel, or a symbolic template kernel's variants and which serves each point
     (tuning, if any, within its share of what is left of the budget for ``tasks_left`` kernels)."""
     deadline = clock.deadline(tasks_left=tasks_left) if clock is not None else None

@@ -112,7 +112,9 @@ class Tunable:
     """What tuning a fused contraction needs: its record key, its operands' pack costs, the
     fused kernel of a config (named ``fused`` unless told otherwise), the kernel's
     arguments (or config -> its arguments, when B comes as panels shaped by the config) and
-    the distance between A's rows as it reads them (:func:`a_row_stride`)."""
+    the distance between A's rows as it reads them (:func:`a_row_stride`); ``b_streams``: B
+    is a weight packed ahead that the graph's other weights evict between calls (the
+    analytic model then reads it from memory)."""
 
     con: Contraction
     workload: str
@@ -120,6 +122,7 @@ class Tunable:
     kernel: Callable[..., S.Function]
     args: list[tuple[tuple[int, ...], str]] | Callable[[MatmulConfig], list[tuple[tuple[int, ...], str]]]
     a_stride: int = 0
+    b_streams: bool = False
 
 
 @functools.lru_cache(maxsize=256)
@@ -134,12 +137,14 @@ def _fused_kernel(con: Contraction, c: MatmulConfig, target: CpuTarget, in_place
 
 
 @functools.lru_cache(maxsize=256)  # (a deep model asks once per layer)
-def tunable(con: Contraction, target: CpuTarget, prepacked_b: int = 0, prefetch_b: bool = False) -> Tunable:
+def tunable(con: Contraction, target: CpuTarget, prepacked_b: int = 0, prefetch_b: bool = False,
+            b_streams: bool = False) -> Tunable:
     """The :class:`Tunable` of ``con`` on ``target``: the kernel as a compiled graph runs it,
     taking B's panels packed at compile time when B is a weight (``prepacked_b``: how many
     batches of B, see :func:`~taskloom.schedule.templates.matmul_cpu.matmul_program`), and
-    prefetching them when the graph's weights stream (``prefetch_b``). Such a kernel packs no
-    B, which changes its best config: its records have a key of their own (``/prepacked``)."""
+    prefetching them when the graph's weights stream (``prefetch_b``; ``b_streams``: from
+    memory). Such a kernel packs no B, which changes its best config: its records have a key
+    of their own (``/prepacked``)."""
     kinds = pack_kinds(con, target)
     lanes = target.vector_lanes(float32)
     pack = kinds_cost(kinds, lanes)
@@ -153,7 +158,8 @@ def tunable(con: Contraction, target: CpuTarget, prepacked_b: int = 0, prefetch_
                              a_window).renamed(name)
     if not con.timeable:  # a kernel for symbolic sizes is not timed: no arguments to time it with
         key = workload_key(con, kinds) + ("/prepacked" if prepacked_b else "")
-        return Tunable(con, key, (pack[0], 0.0) if prepacked_b else pack, fused, [], a_stride)
+        return Tunable(con, key, (pack[0], 0.0) if prepacked_b else pack, fused, [], a_stride,
+                       bool(prepacked_b) and b_streams)
     specs = fused_arg_specs(con)
     if not prepacked_b:
         return Tunable(con, workload_key(con, kinds), pack, fused, specs, a_stride)
@@ -163,11 +169,11 @@ def tunable(con: Contraction, target: CpuTarget, prepacked_b: int = 0, prefetch_
     def args(c: MatmulConfig) -> list[tuple[tuple[int, ...], str]]:
         nr = c.nv * lanes
         return [*beside, ((prepacked_b, cdiv(N, nr), K, nr), "float32"), specs[-1]]
-    return Tunable(con, workload_key(con, kinds) + "/prepacked", (pack[0], 0.0), fused, args, a_stride)
+    return Tunable(con, workload_key(con, kinds) + "/prepacked", (pack[0], 0.0), fused, args, a_stride, b_streams)
 
 
 def task_tunable(task: Task, target: CpuTarget, constants: Mapping[int, np.ndarray] | None = None,
-                 weights_stream: bool = False) -> tuple[Tunable, np.ndarray | None] | None:
+                 weights_stream: bool | str = False) -> tuple[Tunable, np.ndarray | None] | None:
     """The :class:`Tunable` of ``task`` as a compiled graph schedules it, and B evaluated
     from the ``constants`` among its inputs (to be packed now; None when B reads an input),
     or None when the matmul template does not serve the task."""
@@ -175,11 +181,12 @@ def task_tunable(task: Task, target: CpuTarget, constants: Mapping[int, np.ndarr
     if con is None or not template_serves(con, target):
         return None
     b = constant_b(con, constants) if constants else None
-    return tunable(con, target, prepacked_b=0 if b is None else b.shape[0], prefetch_b=weights_stream), b
+    return tunable(con, target, prepacked_b=0 if b is None else b.shape[0], prefetch_b=bool(weights_stream),
+                   b_streams=weights_stream == "memory"), b
 
 
 def matmul_candidate(task: Task, target: CpuTarget, constants: Mapping[int, np.ndarray] | None = None,
-                     weights_stream: bool = False) -> Candidate | None:
+                     weights_stream: bool | str = False) -> Candidate | None:
     """The matmul template's offer for ``task``: its :class:`Tunable`, and the kernel of a
     config, taking B's panels packed now when B reads only constants."""
     found = task_tunable(task, target, constants, weights_stream)

@@ -23,7 +23,7 @@ ChooseConfig = Callable[[Candidate], Any]
 
 
 def find_candidate(task: Task, target: Target, constants: Mapping[int, np.ndarray] | None = None,
-                   weights_stream: bool = False) -> Candidate | None:
+                   weights_stream: bool | str = False) -> Candidate | None:
     """The first registered template of ``target``'s kind that serves ``task``, or None."""
     for _name, finder in templates_for(target.kind):
         found = finder(task, target, constants, weights_stream)
@@ -34,11 +34,12 @@ def find_candidate(task: Task, target: Target, constants: Mapping[int, np.ndarra
 
 def schedule_kernel(task: Task, target: Target, choose: ChooseConfig, name: str | None = None,
                     constants: Mapping[int, np.ndarray] | None = None,
-                    weights_stream: bool = False) -> Scheduled:
+                    weights_stream: bool | str = False) -> Scheduled:
     """The scheduled kernel of ``task`` for ``target``; a template's config is ``choose(candidate)``.
 
     ``constants`` (by input position) says which task inputs are constants, so a template
-    may pack them now; ``weights_stream`` says the graph's weights outgrow the caches."""
+    may pack them now; ``weights_stream`` says the graph's weights outgrow the caches
+    (``"memory"``: the L3 too)."""
     found = find_candidate(task, target, constants, weights_stream)
     if found is not None:
         return found.build(choose(found), name or task.name)

@@ -62,6 +62,12 @@ class Target:
         and the target's templates prefetch). False unless a target says otherwise."""
         return False
 
+    def weights_outgrow_l3(self, weight_bytes: int) -> bool:
+        """Whether weights of ``weight_bytes`` come from memory on every call (the analytic
+        model of a target's templates then prices their reads so). False unless a target
+        says otherwise."""
+        return False
+
     def nhwc_channel_multiple(self) -> int | None:
         """The input channels a convolution needs for the layout pass to run it in NHWC
         (its window then packs by whole vectors); None where the graph keeps its layout."""

@@ -161,6 +161,11 @@ class CpuTarget(Target):
         kernels' before their next call: the matmul template then prefetches its panels."""
         return weight_bytes > self.cache_bytes_between_kernels()
 
+    def weights_outgrow_l3(self, weight_bytes: int) -> bool:
+        """Weights past half the L3 come from memory on every call: half, since the
+        activations and the other kernels' data share it."""
+        return weight_bytes > self.l3_bytes // 2
+
     def nhwc_channel_multiple(self) -> int | None:
         """16, the widest x86 vector of floats (AVX-512's; AVX2's 8 divide it), so that one
         layout choice serves both instruction sets."""

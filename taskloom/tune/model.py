@@ -105,12 +105,14 @@ def _blocks(extent: int, block: int) -> list[int]:
 
 def predict(shape: tuple[int, int, int, int], config: MatmulConfig, target: CpuTarget,
             profile: HardwareProfile | None = None, pack: tuple[float, float] = DEFAULT_PACK,
-            a_stride: int | None = None) -> Prediction:
+            a_stride: int | None = None, b_streams: bool = False) -> Prediction:
     """The predicted seconds of the matmul template running ``shape = (Bt, M, N, K)`` with
     ``config`` on ``target``. ``pack`` is the cost in cycles of packing one vector of A and
     of B (see :func:`~taskloom.schedule.cpu.pack_costs`); ``profile`` defaults to the target's probe or estimate;
     ``a_stride`` is the distance between A's rows as the kernel reads them (default
-    :func:`~taskloom.schedule.contraction.plain_a_stride`).
+    :func:`~taskloom.schedule.contraction.plain_a_stride`). ``b_streams``: B is a weight of
+    a graph whose weights outgrow the caches, which the other kernels evict before the next
+    call, so that each core reads its band of B from memory (however small B is).
 
     >>> predict((1, 512, 512, 512), default_config((1, 512, 512, 512), t), t).seconds
     """
@@ -200,7 +202,7 @@ def predict(shape: tuple[int, int, int, int], config: MatmulConfig, target: CpuT
     a_elems = Bt * len(col_blocks) * K * row_tiles * MR
     b_elems = Bt * K * col_tiles * NR
     a_src = source_bandwidth(M * K * 4)
-    b_src = source_bandwidth(K * N * 4)
+    b_src = mem if b_streams else source_bandwidth(K * N * 4)
     copy_a = 0.0 if a_in_place else pack[0]  # A read in place: its reads alone
     pack_a = a_elems * copy_a * cycle / L + a_elems * 4 / a_src
     copy_b = 0.0 if in_place else pack[1]  # one row of tiles: B is not copied
@@ -232,9 +234,9 @@ def candidates(shape: tuple[int, int, int, int], target: CpuTarget) -> list[Matm
 
 def rank(shape: tuple[int, int, int, int], target: CpuTarget, configs: list[MatmulConfig] | None = None,
          pack: tuple[float, float] = DEFAULT_PACK, profile: HardwareProfile | None = None,
-         a_stride: int | None = None) -> list[tuple[MatmulConfig, Prediction]]:
-    """``configs`` (default: :func:`candidates`) with their predictions, fastest first;
-    rejected configs are left out.
+         a_stride: int | None = None, b_streams: bool = False) -> list[tuple[MatmulConfig, Prediction]]:
+    """``configs`` (default: :func:`candidates`) with their predictions (:func:`predict`),
+    fastest first; rejected configs are left out.
 
     The head is the exception: among the configs predicted within ``GRID_TIE`` of the
     fastest, the one whose grid splits the most rows. A square product split by rows or by
@@ -242,7 +244,8 @@ def rank(shape: tuple[int, int, int, int], target: CpuTarget, configs: list[Matm
     of 23 configs in both grids, bench/results/2026-11-22-tune-model-clean) and 3.5-3.7%
     side by side; 1024³ to 4096³ level (the rule ``default_config`` follows too)."""
     profile = profile or profile_for(target)
-    scored = [(c, predict(shape, c, target, profile, pack, a_stride)) for c in (configs or candidates(shape, target))]
+    scored = [(c, predict(shape, c, target, profile, pack, a_stride, b_streams))
+              for c in (configs or candidates(shape, target))]
     ranked = sorted((s for s in scored if s[1].ok), key=lambda s: s[1].seconds)
     if ranked:
         # predictions within GRID_TIE of the fastest are a tie the model cannot call; in a
@@ -256,12 +259,12 @@ def rank(shape: tuple[int, int, int, int], target: CpuTarget, configs: list[Matm
 
 @functools.lru_cache(maxsize=4096)
 def _best(shape: tuple[int, int, int, int], target: CpuTarget, pack: tuple[float, float],
-          profile: HardwareProfile, a_stride: int | None) -> MatmulConfig:
-    ranked = rank(shape, target, pack=pack, profile=profile, a_stride=a_stride)
+          profile: HardwareProfile, a_stride: int | None, b_streams: bool) -> MatmulConfig:
+    ranked = rank(shape, target, pack=pack, profile=profile, a_stride=a_stride, b_streams=b_streams)
     return ranked[0][0] if ranked else default_config(shape, target)
 
 
-def best_config(shape: tuple[int, int, int, int], target: CpuTarget,
-                pack: tuple[float, float] = DEFAULT_PACK, a_stride: int | None = None) -> MatmulConfig:
+def best_config(shape: tuple[int, int, int, int], target: CpuTarget, pack: tuple[float, float] = DEFAULT_PACK,
+                a_stride: int | None = None, b_streams: bool = False) -> MatmulConfig:
     """The model's top choice for ``shape`` on ``target``: what ``tune=0`` builds."""
-    return _best(tuple(int(x) for x in shape), target, pack, profile_for(target), a_stride)
+    return _best(tuple(int(x) for x in shape), target, pack, profile_for(target), a_stride, b_streams)

@@ -82,7 +82,7 @@ def tune_matmul(shape: tuple[int, int, int, int], target: Target, level: int = 1
                 workload: str | None = None, pack: tuple[float, float] = analytic.DEFAULT_PACK,
                 deadline: float | None = None,
                 measurer: Callable[..., list[Measurement]] | None = None, finalists: int = 3,
-                a_stride: int | None = None) -> MatmulConfig:
+                a_stride: int | None = None, b_streams: bool = False) -> MatmulConfig:
     """The fastest config of the matmul template for ``shape = (batch, M, N, K)`` on
     ``target``, measuring what level ``level`` asks for that the records do not hold yet.
 
@@ -90,7 +90,8 @@ def tune_matmul(shape: tuple[int, int, int, int], target: Target, level: int = 1
     its fused kernel), the kernel's ``args`` (or config -> its args, when a weight comes as
     panels shaped by the config), its own ``workload`` key and its operands' ``pack`` costs,
     so what is timed includes its prologue and epilogue, and the distance between the rows
-    of A its kernel reads (``a_stride``, for the analytic model). Measuring stops at
+    of A its kernel reads (``a_stride``, for the analytic model, with ``b_streams``: see
+    :func:`~taskloom.tune.model.predict`). Measuring stops at
     ``deadline`` (a ``time.monotonic()`` value) with the best so far; ``measurer`` stands in
     for :func:`~taskloom.tune.measure.measure` in tests. The ``finalists`` fastest configs
     are then timed again side by side (:func:`_retime_finalists`).
@@ -103,7 +104,7 @@ def tune_matmul(shape: tuple[int, int, int, int], target: Target, level: int = 1
         Bt, M, N, K = shape
         args = [((Bt, M, K), "float32"), ((Bt, K, N), "float32"), ((Bt, M, N), "float32")]
         kernel = lambda c: matmul_program(shape, c, target, name="matmul")  # noqa: E731
-    ranked = analytic.rank(shape, target, pack=pack, a_stride=a_stride)
+    ranked = analytic.rank(shape, target, pack=pack, a_stride=a_stride, b_streams=b_streams)
     if not ranked:
         raise TaskloomError(f"tuning matmul {shape}: the analytic model rejects every config of the space")
     repeats = _repeats(ranked[0][1].seconds)

@@ -139,6 +139,39 @@ def test_a_tie_goes_to_the_grid_splitting_rows():
         assert [c for c, _ in ranked] == [rows, cols]
 
 
+def test_a_streamed_weight_is_read_from_memory_each_core_its_band():
+    """A weight that the graph's other weights evict between calls (``b_streams``) comes
+    from memory: the copy of B costs more, and most where each core reads all of it (rows
+    split), so that a few rows times BERT's 768 x 768 weight split by columns instead."""
+    two, shape = dataclasses.replace(AVX512, num_cores=2), (1, 28, 768, 768)
+    profile, pack = estimate(two), (contraction.VECTOR_COPY_CYCLES, 0.0)
+    rows, cols = MatmulConfig(14, 2, 384, 168, 1024, 2, 1), MatmulConfig(7, 3, 192, 336, 1024, 1, 2)
+
+    def b_cost(c, streams):
+        return model.predict(shape, c, two, profile, pack, b_streams=streams).parts["pack_b"]
+    assert b_cost(rows, False) < b_cost(rows, True) and b_cost(cols, False) < b_cost(cols, True)
+    assert b_cost(rows, True) == pytest.approx(2 * b_cost(cols, True))
+    assert model.best_config(shape, two, pack, b_streams=True).pn == 2
+
+
+def test_weights_past_half_the_l3_come_from_memory_and_the_model_is_told():
+    """A graph whose weights outgrow half the L3 has each product's B priced as read from
+    memory (``Tunable.b_streams``); one whose weights stream from L3 only prefetches."""
+    from taskloom.compiler.passes import optimize
+    from taskloom.graph.fusion import fuse_graph
+    from taskloom.schedule.cpu import task_tunable
+    host = CpuTarget.host()
+    assert not host.weights_outgrow_l3(host.l3_bytes // 2) and host.weights_outgrow_l3(host.l3_bytes // 2 + 1)
+    x = input((28, 768), name="x")
+    w = np.ones((768, 768), np.float32)
+    (group,) = fuse_graph(optimize(Graph([x], [ops.linear(x, taskloom.asarray(w))])))
+    weights = {k: w for k, t in enumerate(group.inputs) if t.name != "x"}
+    config = MatmulConfig(7, 3, 192, 336, 1024, 1, 2)
+    for stream, memory in ((False, False), (True, False), ("memory", True)):
+        t, _ = task_tunable(group.task, host, weights, stream)
+        assert t.b_streams == memory and t.kernel(config).attr("prefetch_b") == bool(stream)
+
+
 def test_l1_keeps_a_panel_only_with_a_way_for_everything_a_call_touches():
     """Ways, not bytes: a 12-way 48 KiB L1 keeps 6 x 4 vectors' panel at KC = 128 (8 ways,
     the A micro-panel and the tile of partial sums one each), not 5 x 4's at KC = 176 (11

@@ -291,7 +291,7 @@ def _serves(att: Attention) -> bool:
 
 
 def attention_candidate(task: Task, target: CudaTarget, constants: Mapping[int, np.ndarray] | None = None,
-                        weights_stream: bool = False) -> Candidate | None:
+                        weights_stream: bool | str = False) -> Candidate | None:
     """The template's offer for an attention of 16-bit q, k, v with head sizes it serves
     (its batch and lengths may be symbols, which the kernel takes as sizes)."""
     att = match_attention(task)

@@ -263,7 +263,7 @@ def thin(con: Contraction) -> bool:
 
 
 def matmul_candidate(task: Task, target: CudaTarget, constants: Mapping[int, np.ndarray] | None = None,
-                     weights_stream: bool = False) -> Candidate | None:
+                     weights_stream: bool | str = False) -> Candidate | None:
     """The template's offer for a contraction that is not :func:`thin`; its config comes
     from :func:`choose_config`."""
     con = match_contraction(task, (float32, float16, bfloat16))

@@ -796,7 +796,7 @@ def mma_kernel(con: Contraction, config: MmaConfig, name: str, dtype: DataType |
 
 
 def mma_candidate(task: Task, target: CudaTarget, constants: Mapping[int, np.ndarray] | None = None,
-                  weights_stream: bool = False) -> Candidate | None:
+                  weights_stream: bool | str = False) -> Candidate | None:
     """The tensor-core templates' offer for a contraction of 16-bit factors (or float32 ones,
     where the target allows tf32) that is not thin (:func:`~taskloom.schedule.cuda.matmul.thin`);
     its config, an :class:`MmaConfig` or on ``sm_90a`` a

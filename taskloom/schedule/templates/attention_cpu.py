@@ -362,7 +362,7 @@ def _kernel(att: Attention, config: AttentionConfig, target: CpuTarget, name: st
 
 
 def attention_candidate(task: Task, target: CpuTarget, constants: Mapping[int, np.ndarray] | None = None,
-                        weights_stream: bool = False) -> Candidate | None:
+                        weights_stream: bool | str = False) -> Candidate | None:
     """The template's offer for a float32 attention; the config is :func:`choose_config`'s."""
     att = match_attention(task)
     if att is None or not serves(att):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -35,7 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import taskloom
     from taskloom.bench import zoo
-    from taskloom.bench.timing import machine, time_rounds, versions
+    from taskloom.bench.peers import first_output
+    from taskloom.bench.timing import machine, medians, time_rounds, versions
     torch.set_num_threads(2)
     print(f"machine: {machine()}\nversions: {versions()}")
     transformer = args.model in TRANSFORMERS
@@ -61,16 +61,13 @@ def main(argv: list[str] | None = None) -> int:
                 _, inputs = zoo.build(args.model, batch, seq or 128, 0)
                 static = taskloom.compile(model, inputs)
                 xs = [x.numpy() for x in inputs]
-                want = model(*inputs)
-                want = (want[0] if isinstance(want, (tuple, list)) else want).numpy()
+                want = first_output(model(*inputs))
                 for c in (compiled["tuned"], compiled["untuned"], static):
-                    got = c(*xs)
-                    got = got[0] if isinstance(got, (tuple, list)) else got
-                    assert abs(got - want).max() < 1e-3, "an output differs from eager PyTorch"
+                    assert abs(first_output(c(*xs)) - want).max() < 1e-3, "an output differs from eager PyTorch"
                 times = time_rounds({"tuned": lambda: compiled["tuned"](*xs),
                                      "untuned": lambda: compiled["untuned"](*xs), "static": lambda: static(*xs)},
                                     repeats=args.repeats, rounds=args.rounds)
-                ms = {k: statistics.median(t for r in v for t in r) for k, v in times.items()}  # type: ignore
+                ms = medians(times)
                 print(f"| {batch} | {seq or '-'} | {ms['tuned']:.3f} | {ms['untuned']:.3f} | {ms['static']:.3f} | "
                       f"{ms['tuned'] / ms['untuned']:.3f} | {ms['tuned'] / ms['static']:.3f} |", flush=True)
     return 0

@@ -10,13 +10,12 @@ batch (``taskloom.compile(..., dynamic=...)``); BERT and GPT-2 through
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from typing import Any, Callable
 
 import taskloom
 from taskloom.bench import zoo
-from taskloom.bench.timing import machine, time_rounds
+from taskloom.bench.timing import machine, medians, time_rounds
 
 TRANSFORMERS = ("bert", "gpt2")
 
@@ -55,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
                 xs = [x.numpy() for x in inputs] if args.model not in TRANSFORMERS else inputs
                 times = time_rounds({"dynamic": lambda: dynamic(*xs), "static": lambda: static(*xs)},
                                     repeats=args.repeats, rounds=args.rounds)
-                ms = {k: statistics.median(t for r in v for t in r) for k, v in times.items()}  # type: ignore
+                ms = medians(times)
                 print(f"| {batch} | {seq or '-'} | {ms['dynamic']:.3f} | {ms['static']:.3f} | "
                       f"{ms['dynamic'] / ms['static']:.3f} |", flush=True)
     return 0

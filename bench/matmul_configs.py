@@ -11,7 +11,6 @@ told to pack A. Prints each config's median ms, GFLOP/s and ORT's time over its 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from typing import Callable
 
@@ -19,7 +18,7 @@ import numpy as np
 
 import taskloom
 from taskloom.bench.op import MatmulProblem, ort_call
-from taskloom.bench.timing import machine, time_rounds
+from taskloom.bench.timing import machine, medians, time_rounds
 from taskloom.schedule.templates.matmul_cpu import MatmulConfig, matmul_program
 from taskloom.target.cpu import CpuTarget
 from taskloom.tune.model import rank
@@ -57,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     calls = {label: call for label, _, call in built}
     calls["ort"] = ort_call(problem, target.num_cores)
     times = time_rounds(calls, repeats=args.repeats, rounds=args.rounds)
-    med = {k: statistics.median(t for r in v for t in r) for k, v in times.items()}  # ms
+    med = medians(times)  # ms
     print(f"machine: {machine()}\n{M}x{N}x{K}, median of {args.rounds} rounds of {args.repeats} runs")
     print("| config | ms | GFLOP/s | ORT ms / config ms |\n|---|---|---|---|")
     for k, s in med.items():

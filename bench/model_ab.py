@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import statistics
 import sys
 from typing import Any
 from unittest import mock
@@ -37,7 +36,7 @@ import taskloom
 from taskloom.bench import zoo
 from taskloom.bench.op import MatmulProblem
 from taskloom.bench.peers import first_output
-from taskloom.bench.timing import machine, time_rounds
+from taskloom.bench.timing import machine, medians, time_rounds
 from taskloom.ir.index import round_up
 from taskloom.compiler import drivers
 from taskloom.schedule import contraction, cpu, registry
@@ -118,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         off, on_ = compiled
         np.testing.assert_allclose(first_output(off(*data)), first_output(on_(*data)), rtol=1e-4, atol=1e-4)
         times = time_rounds({"off": lambda: off(*data), "on": lambda: on_(*data)}, repeats=10, rounds=args.rounds)
-        med = {k: statistics.median(t for r in v for t in r) for k, v in times.items()}  # type: ignore[union-attr]
+        med = medians(times)
         mib = sum(c.nbytes for c in on_.constants) / 2 ** 20
         print(f"| {name} | {mib:.0f} | {med['off']:.2f} | {med['on']:.2f} | {med['off'] / med['on']:.3f} |",
               flush=True)

@@ -65,6 +65,17 @@ def time_rounds(calls: dict[str, Callable[[], object]], repeats: int = 30, round
     return out
 
 
+def medians(times: dict[str, list[list[float]] | Exception]) -> dict[str, float]:
+    """Each system's median over all its runs in :func:`time_rounds`' ``times`` (ms); a
+    system whose call failed raises its exception here."""
+    out = {}
+    for name, rounds in times.items():
+        if isinstance(rounds, Exception):
+            raise rounds
+        out[name] = statistics.median(t for r in rounds for t in r)
+    return out
+
+
 def write_json(path_text: str, record: dict[str, Any]) -> None:
     """``record`` as indented JSON at ``path_text`` (its directory made), and a line saying so."""
     import json

@@ -32,6 +32,12 @@ def test_a_system_failing_in_a_later_round_leaves_the_others_timed():
     assert len(times["fine"]) == 3
 
 
+def test_medians_take_every_run_of_every_round_and_raise_a_failure():
+    assert timing.medians({"a": [[1.0, 9.0], [2.0, 3.0], [4.0]], "b": [[5.0]]}) == {"a": 3.0, "b": 5.0}
+    with pytest.raises(RuntimeError, match="lost the device"):
+        timing.medians({"a": [[1.0]], "b": RuntimeError("lost the device")})
+
+
 def test_bench_row_of_a_system_failing_while_timed(monkeypatch):
     import argparse
     from taskloom.bench import op as bench_op
